@@ -1,0 +1,469 @@
+//! Settings: a TOML file, overridden by the environment; API keys from the environment or the OS keyring.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Where settings and keys went wrong; each message says what to do.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The settings file exists but is not valid TOML or has a bad key or value.
+    #[error("the settings file {path} is malformed: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message: line, column and key.
+        message: String,
+    },
+    /// The settings file could not be read.
+    #[error("cannot read the settings file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An environment variable has a value Jarvis does not understand.
+    #[error("{var}={value} is not valid: {expected}")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// No home directory, so no default data or config directory.
+    #[error("cannot find a home directory for the data and settings; set JARVIS_DATA_DIR and JARVIS_CONFIG")]
+    NoHome,
+}
+
+/// Which backend answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// OpenAI or any OpenAI-compatible server.
+    Openai,
+    /// A model on this machine (today: a local OpenAI-compatible server such as Ollama or llama.cpp).
+    #[default]
+    Local,
+}
+
+impl BackendKind {
+    /// The settings and CLI name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Anthropic => "anthropic",
+            BackendKind::Openai => "openai",
+            BackendKind::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Anthropic section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnthropicSettings {
+    /// Base URL; requests go to `{base_url}/v1/messages`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// The `anthropic-version` header.
+    pub version: String,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+}
+
+impl Default for AnthropicSettings {
+    fn default() -> Self {
+        AnthropicSettings {
+            base_url: "https://api.anthropic.com".into(),
+            model: "claude-sonnet-4-5".into(),
+            version: "2023-06-01".into(),
+            max_tokens: 4096,
+        }
+    }
+}
+
+/// An OpenAI-compatible section (`[openai]` and `[local]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiSettings {
+    /// Base URL including the version path; requests go to `{base_url}/chat/completions`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+    /// Whether the server needs `OPENAI_API_KEY` (Ollama and llama.cpp do not).
+    pub requires_key: bool,
+}
+
+impl OpenAiSettings {
+    fn openai() -> Self {
+        OpenAiSettings {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            max_tokens: 4096,
+            requires_key: true,
+        }
+    }
+
+    fn local() -> Self {
+        OpenAiSettings {
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            model: "llama3.2".into(),
+            max_tokens: 2048,
+            requires_key: false,
+        }
+    }
+}
+
+impl Default for OpenAiSettings {
+    fn default() -> Self {
+        Self::openai()
+    }
+}
+
+fn default_local() -> OpenAiSettings {
+    OpenAiSettings::local()
+}
+
+/// How long to wait for the network, in seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// To open the connection.
+    pub connect_secs: f64,
+    /// From sending the request to the first token of the reply.
+    pub first_token_secs: f64,
+    /// Between two pieces of the stream once it flows.
+    pub idle_secs: f64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_secs: 10.0,
+            first_token_secs: 120.0,
+            idle_secs: 60.0,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The connect timeout.
+    pub fn connect(&self) -> Duration {
+        secs(self.connect_secs)
+    }
+    /// The first-token timeout.
+    pub fn first_token(&self) -> Duration {
+        secs(self.first_token_secs)
+    }
+    /// The between-events timeout.
+    pub fn idle(&self) -> Duration {
+        secs(self.idle_secs)
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(60))
+}
+
+/// Retries before the first token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySettings {
+    /// How many times a 429, 529 / overloaded or 5xx is retried.
+    pub max_retries: u32,
+    /// The first backoff; it doubles each time.
+    pub initial_backoff_ms: u64,
+    /// A `retry-after` longer than this fails the reply at once instead of waiting.
+    pub max_wait_secs: u64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_retries: 3,
+            initial_backoff_ms: 1000,
+            max_wait_secs: 60,
+        }
+    }
+}
+
+/// Replies and their storage.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplySettings {
+    /// How many replies a remote backend writes at once (the local one: always one).
+    pub max_concurrent: usize,
+    /// Progress is stored at each sentence end or after this many milliseconds.
+    pub progress_ms: u64,
+    /// How long a locked database is waited for.
+    pub busy_timeout_ms: u64,
+}
+
+impl Default for ReplySettings {
+    fn default() -> Self {
+        ReplySettings {
+            max_concurrent: 4,
+            progress_ms: 250,
+            busy_timeout_ms: 5000,
+        }
+    }
+}
+
+/// Everything the settings file holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// The backend that answers.
+    pub backend: BackendKind,
+    /// `[anthropic]`.
+    pub anthropic: AnthropicSettings,
+    /// `[openai]`.
+    pub openai: OpenAiSettings,
+    /// `[local]`.
+    #[serde(default = "default_local")]
+    pub local: OpenAiSettings,
+    /// `[timeouts]`.
+    pub timeouts: Timeouts,
+    /// `[retry]`.
+    pub retry: RetrySettings,
+    /// `[replies]`.
+    pub replies: ReplySettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            backend: BackendKind::default(),
+            anthropic: AnthropicSettings::default(),
+            openai: OpenAiSettings::openai(),
+            local: OpenAiSettings::local(),
+            timeouts: Timeouts::default(),
+            retry: RetrySettings::default(),
+            replies: ReplySettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// Parses a settings file's text; `path` names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        toml::from_str(text).map_err(|err| ConfigError::Malformed {
+            path: path.to_path_buf(),
+            message: err.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// The model of the selected backend.
+    pub fn model(&self) -> &str {
+        match self.backend {
+            BackendKind::Anthropic => &self.anthropic.model,
+            BackendKind::Openai => &self.openai.model,
+            BackendKind::Local => &self.local.model,
+        }
+    }
+
+    /// Applies `JARVIS_BACKEND`, `JARVIS_MODEL`, `ANTHROPIC_BASE_URL` and `OPENAI_BASE_URL`.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(value) = env("JARVIS_BACKEND") {
+            self.backend = match value.trim() {
+                "anthropic" => BackendKind::Anthropic,
+                "openai" => BackendKind::Openai,
+                "local" => BackendKind::Local,
+                _ => {
+                    return Err(ConfigError::BadEnv {
+                        var: "JARVIS_BACKEND",
+                        value,
+                        expected: "anthropic, openai or local",
+                    })
+                }
+            };
+        }
+        if let Some(model) = env("JARVIS_MODEL").filter(|m| !m.trim().is_empty()) {
+            match self.backend {
+                BackendKind::Anthropic => self.anthropic.model = model,
+                BackendKind::Openai => self.openai.model = model,
+                BackendKind::Local => self.local.model = model,
+            }
+        }
+        if let Some(url) = env("ANTHROPIC_BASE_URL").filter(|u| !u.trim().is_empty()) {
+            self.anthropic.base_url = url;
+        }
+        if let Some(url) = env("OPENAI_BASE_URL").filter(|u| !u.trim().is_empty()) {
+            self.openai.base_url = url;
+        }
+        Ok(())
+    }
+}
+
+/// Where Jarvis keeps things, and the settings in force.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The settings file's path (it may not exist).
+    pub path: PathBuf,
+    /// Whether the file existed.
+    pub file_found: bool,
+    /// The data directory (the database lives here).
+    pub data_dir: PathBuf,
+    /// The settings, environment applied.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// Loads from the real environment.
+    pub fn load() -> Result<Config, ConfigError> {
+        Self::load_with(&|name| std::env::var(name).ok())
+    }
+
+    /// Loads with `env` standing for the environment.
+    pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let dirs = directories::ProjectDirs::from("", "", "jarvis");
+        let path = match env("JARVIS_CONFIG") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => dirs
+                .as_ref()
+                .ok_or(ConfigError::NoHome)?
+                .config_dir()
+                .join("settings.toml"),
+        };
+        let data_dir = match env("JARVIS_DATA_DIR") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => dirs
+                .as_ref()
+                .ok_or(ConfigError::NoHome)?
+                .data_dir()
+                .to_path_buf(),
+        };
+        let (mut settings, file_found) = match std::fs::read_to_string(&path) {
+            Ok(text) => (Settings::parse(&text, &path)?, true),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => (Settings::default(), false),
+            Err(source) => return Err(ConfigError::Unreadable { path, source }),
+        };
+        settings.apply_env(env)?;
+        Ok(Config {
+            path,
+            file_found,
+            data_dir,
+            settings,
+        })
+    }
+
+    /// The database file.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("jarvis.db")
+    }
+}
+
+/// Where a key was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    /// An environment variable.
+    Environment,
+    /// The OS keyring.
+    Keyring,
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeySource::Environment => "environment",
+            KeySource::Keyring => "OS keyring",
+        })
+    }
+}
+
+/// The keyring service name keys are stored under (the entry's user is the variable name).
+pub const KEYRING_SERVICE: &str = "jarvis";
+
+/// Finds the key named `var` (e.g. `ANTHROPIC_API_KEY`): the environment first, then the OS keyring
+/// unless `JARVIS_KEYRING=off`. The key is never logged.
+pub fn find_key(
+    var: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<(SecretString, KeySource)> {
+    if let Some(value) = env(var).filter(|v| !v.trim().is_empty()) {
+        return Some((
+            SecretString::from(value.trim().to_string()),
+            KeySource::Environment,
+        ));
+    }
+    if env("JARVIS_KEYRING").as_deref() == Some("off") {
+        return None;
+    }
+    let entry = match keyring::Entry::new(KEYRING_SERVICE, var) {
+        Ok(entry) => entry,
+        Err(err) => {
+            tracing::debug!(%err, "the OS keyring is not available");
+            return None;
+        }
+    };
+    match entry.get_password() {
+        Ok(value) if !value.trim().is_empty() => Some((
+            SecretString::from(value.trim().to_string()),
+            KeySource::Keyring,
+        )),
+        Ok(_) | Err(keyring::Error::NoEntry) => None,
+        Err(err) => {
+            tracing::debug!(%err, "the OS keyring could not be read");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_file_names_the_file_line_and_key() {
+        let text = "backend = \"openai\"\n[timeouts]\nidle_secs = \"soon\"\n";
+        let err = Settings::parse(text, Path::new("/tmp/s.toml")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/tmp/s.toml"), "{msg}");
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("idle_secs"), "{msg}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_not_ignored() {
+        let err = Settings::parse("[openai]\nbase_ulr = \"x\"\n", Path::new("s.toml")).unwrap_err();
+        assert!(err.to_string().contains("base_ulr"), "{err}");
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let mut s = Settings::parse("backend = \"anthropic\"\n", Path::new("s.toml")).unwrap();
+        let env = |k: &str| match k {
+            "JARVIS_BACKEND" => Some("openai".to_string()),
+            "JARVIS_MODEL" => Some("m1".to_string()),
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:9/v1".to_string()),
+            _ => None,
+        };
+        s.apply_env(&env).unwrap();
+        assert_eq!(s.backend, BackendKind::Openai);
+        assert_eq!(s.openai.model, "m1");
+        assert_eq!(s.openai.base_url, "http://127.0.0.1:9/v1");
+        let bad = |k: &str| (k == "JARVIS_BACKEND").then(|| "gpt".to_string());
+        assert!(s
+            .apply_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("JARVIS_BACKEND"));
+    }
+}

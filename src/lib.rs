@@ -1,0 +1,11 @@
+//! Jarvis's conversation core: the service every shell attaches to, the store, the backends and
+//! the request builder. No UI framework lives here.
+
+pub mod config;
+pub mod llm;
+pub mod prompt;
+pub mod service;
+pub mod store;
+
+pub use service::{AskError, Attachment, Event, Service, ServiceError, ServiceOptions};
+pub use store::{ChatId, RecordId, ReplyId, ReplyState, Store};

@@ -1,0 +1,383 @@
+//! Backends: a [`Backend`] streams typed [`LlmEvent`]s for a [`Request`]. Anthropic's Messages API and
+//! OpenAI-compatible chat completions are implemented over SSE; [`guarded`] adds what every backend
+//! shares — retries before the first token and the first-token timeout.
+
+pub mod anthropic;
+pub mod openai;
+pub mod sse;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::config::{BackendKind, Config, ConfigError, RetrySettings};
+
+/// Who a message is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageRole {
+    /// The user (and the app's state block).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One message of a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who.
+    pub role: MessageRole,
+    /// What.
+    pub content: String,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Its name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// A backend request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The system prompt.
+    pub system: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// The model.
+    pub model: String,
+    /// The most tokens to write.
+    pub max_tokens: u32,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It finished its turn.
+    EndTurn,
+    /// It hit the token limit.
+    MaxTokens,
+    /// It wants tool results.
+    ToolUse,
+    /// Anything else the provider said.
+    Other(String),
+}
+
+impl StopReason {
+    fn parse(s: &str) -> StopReason {
+        match s {
+            "end_turn" | "stop" | "stop_sequence" => StopReason::EndTurn,
+            "max_tokens" | "length" => StopReason::MaxTokens,
+            "tool_use" | "tool_calls" | "function_call" => StopReason::ToolUse,
+            other => StopReason::Other(other.to_string()),
+        }
+    }
+}
+
+/// What a backend streams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LlmEvent {
+    /// A piece of the reply's text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call begins.
+    ToolCallStart {
+        /// Its position among the reply's tool calls.
+        index: usize,
+        /// The provider's id for it.
+        id: String,
+        /// The tool.
+        name: String,
+    },
+    /// A fragment of a tool call's JSON arguments.
+    ToolCallArgs {
+        /// Which call.
+        index: usize,
+        /// The fragment.
+        fragment: String,
+    },
+    /// A tool call's arguments are complete.
+    ToolCallEnd {
+        /// Which call.
+        index: usize,
+    },
+    /// Why the model stopped.
+    Stop {
+        /// The reason.
+        reason: StopReason,
+    },
+    /// Token counts.
+    Usage {
+        /// Prompt tokens, when known.
+        input_tokens: Option<u64>,
+        /// Written tokens, when known.
+        output_tokens: Option<u64>,
+    },
+}
+
+impl LlmEvent {
+    /// Whether this is part of the answer (the first one ends the first-token wait).
+    pub fn is_content(&self) -> bool {
+        matches!(
+            self,
+            LlmEvent::TextDelta { .. }
+                | LlmEvent::ToolCallStart { .. }
+                | LlmEvent::ToolCallArgs { .. }
+        )
+    }
+}
+
+/// Why a stream failed; each is named so the user sees what happened.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum LlmError {
+    /// The server could not be reached.
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// Connecting took too long.
+    #[error("connecting to {url} timed out after {secs} s")]
+    ConnectTimeout {
+        /// The URL.
+        url: String,
+        /// The limit.
+        secs: f64,
+    },
+    /// No first token in time.
+    #[error("no answer began within {secs} s")]
+    FirstTokenTimeout {
+        /// The limit.
+        secs: f64,
+    },
+    /// The stream went quiet.
+    #[error("the stream stalled: nothing arrived for {secs} s")]
+    IdleTimeout {
+        /// The limit.
+        secs: f64,
+    },
+    /// The server answered with an error status.
+    #[error("the server answered {status}: {message}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// Its message.
+        message: String,
+        /// Its `retry-after`, in seconds.
+        retry_after: Option<f64>,
+    },
+    /// The provider sent an error event.
+    #[error("the provider reported {kind}: {message}")]
+    Api {
+        /// e.g. `overloaded_error`.
+        kind: String,
+        /// Its message.
+        message: String,
+    },
+    /// The stream broke.
+    #[error("the stream broke: {0}")]
+    Broken(String),
+    /// The stream ended before the reply was complete.
+    #[error("the stream ended before the reply was complete")]
+    Truncated,
+    /// A data line could not be read.
+    #[error("the server sent malformed data: {0}")]
+    Malformed(String),
+}
+
+impl LlmError {
+    /// Whether trying again (before the first token) may help: 429, 529 / overloaded, 5xx.
+    pub fn retryable(&self) -> bool {
+        match self {
+            LlmError::Status { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Api { kind, .. } => matches!(
+                kind.as_str(),
+                "overloaded_error" | "rate_limit_error" | "api_error" | "server_error"
+            ),
+            _ => false,
+        }
+    }
+
+    /// The server's `retry-after`, if it gave one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Status {
+                retry_after: Some(s),
+                ..
+            } => Duration::try_from_secs_f64(*s).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A stream of backend events.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> + Send + 'static>>;
+
+/// An LLM provider.
+pub trait Backend: Send + Sync + 'static {
+    /// Its settings name.
+    fn kind(&self) -> BackendKind;
+    /// The model it asks.
+    fn model(&self) -> &str;
+    /// The most tokens a reply may have.
+    fn max_tokens(&self) -> u32;
+    /// How many replies it writes at once.
+    fn max_concurrent(&self) -> usize;
+    /// Streams the answer to `request`; the request is sent when the stream is first polled.
+    fn stream(&self, request: Request) -> EventStream;
+}
+
+/// Why a backend could not be made.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// A remote backend's key is missing.
+    #[error("{var} is not set; set it (or store it in the OS keyring) or choose another backend with JARVIS_BACKEND")]
+    MissingKey {
+        /// The variable.
+        var: &'static str,
+    },
+    /// Settings were wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built.
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(String),
+}
+
+/// Builds the backend the configuration selects, refusing a remote one whose key is missing.
+pub fn from_config(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    let s = &config.settings;
+    let concurrency = s.replies.max_concurrent.max(1);
+    match s.backend {
+        BackendKind::Anthropic => {
+            let (key, _) = crate::config::find_key("ANTHROPIC_API_KEY", env).ok_or(
+                BackendError::MissingKey {
+                    var: "ANTHROPIC_API_KEY",
+                },
+            )?;
+            Ok(Arc::new(anthropic::Anthropic::new(
+                s.anthropic.clone(),
+                key,
+                &s.timeouts,
+                concurrency,
+            )?))
+        }
+        BackendKind::Openai | BackendKind::Local => {
+            let (settings, kind, concurrency) = if s.backend == BackendKind::Openai {
+                (s.openai.clone(), BackendKind::Openai, concurrency)
+            } else {
+                // A local server runs one model on this machine's cores: one reply at a time.
+                (s.local.clone(), BackendKind::Local, 1)
+            };
+            let key = crate::config::find_key("OPENAI_API_KEY", env).map(|(k, _)| k);
+            if settings.requires_key && key.is_none() {
+                return Err(BackendError::MissingKey {
+                    var: "OPENAI_API_KEY",
+                });
+            }
+            // A keyless local server never receives the user's OpenAI key.
+            let key = if settings.requires_key { key } else { None };
+            Ok(Arc::new(openai::OpenAi::new(
+                kind,
+                settings,
+                key,
+                &s.timeouts,
+                concurrency,
+            )?))
+        }
+    }
+}
+
+/// Something the guarded stream says besides the backend's events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Guarded {
+    /// A backend event.
+    Event(LlmEvent),
+    /// The request failed before the first token and will be tried again.
+    Retrying {
+        /// Which retry (1 for the first).
+        attempt: u32,
+        /// How long until it.
+        wait: Duration,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Streams `request` from `backend`, retrying 429 / 529 / overloaded / 5xx before the first token
+/// (honouring `retry-after`, a bounded number of times) and failing with
+/// [`LlmError::FirstTokenTimeout`] if no answer begins in time. After the first token an error
+/// ends the stream.
+pub fn guarded(
+    backend: Arc<dyn Backend>,
+    request: Request,
+    retry: RetrySettings,
+    first_token: Duration,
+) -> impl Stream<Item = Result<Guarded, LlmError>> + Send + 'static {
+    async_stream::stream! {
+        let mut attempt: u32 = 0;
+        'attempts: loop {
+            let mut events = backend.stream(request.clone());
+            let deadline = tokio::time::Instant::now() + first_token;
+            let mut began = false;
+            loop {
+                let next = if began {
+                    events.next().await
+                } else {
+                    match tokio::time::timeout_at(deadline, events.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            yield Err(LlmError::FirstTokenTimeout { secs: first_token.as_secs_f64() });
+                            return;
+                        }
+                    }
+                };
+                match next {
+                    None => return,
+                    Some(Ok(event)) => {
+                        began |= event.is_content();
+                        yield Ok(Guarded::Event(event));
+                    }
+                    Some(Err(err)) => {
+                        if !began && err.retryable() && attempt < retry.max_retries {
+                            let backoff = Duration::from_millis(
+                                retry.initial_backoff_ms.saturating_mul(1 << attempt.min(16)),
+                            );
+                            let wait = err.retry_after().unwrap_or(backoff);
+                            if wait <= Duration::from_secs(retry.max_wait_secs) {
+                                attempt += 1;
+                                tracing::debug!(attempt, ?wait, %err, "retrying before the first token");
+                                yield Ok(Guarded::Retrying { attempt, wait, reason: err.to_string() });
+                                tokio::time::sleep(wait).await;
+                                continue 'attempts;
+                            }
+                        }
+                        yield Err(err);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

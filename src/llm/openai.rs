@@ -1,0 +1,244 @@
+//! OpenAI-compatible chat completions, streamed (OpenAI, Ollama, llama.cpp server, LM Studio, vLLM).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+
+use super::sse::{self, Decoder};
+use super::{
+    Backend, BackendError, EventStream, LlmError, LlmEvent, MessageRole, Request, StopReason,
+};
+use crate::config::{BackendKind, OpenAiSettings, Timeouts};
+
+/// The OpenAI-compatible backend.
+pub struct OpenAi {
+    kind: BackendKind,
+    settings: OpenAiSettings,
+    key: Option<SecretString>,
+    client: reqwest::Client,
+    connect: Duration,
+    idle: Duration,
+    concurrency: usize,
+}
+
+impl OpenAi {
+    /// Makes the backend; `key`, when given, is sent only as a bearer token.
+    pub fn new(
+        kind: BackendKind,
+        settings: OpenAiSettings,
+        key: Option<SecretString>,
+        timeouts: &Timeouts,
+        concurrency: usize,
+    ) -> Result<Self, BackendError> {
+        Ok(OpenAi {
+            kind,
+            client: sse::client(timeouts.connect())?,
+            settings,
+            key,
+            connect: timeouts.connect(),
+            idle: timeouts.idle(),
+            concurrency,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "{}/chat/completions",
+            self.settings.base_url.trim_end_matches('/')
+        )
+    }
+}
+
+/// The request body for chat completions.
+pub fn body(request: &Request) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": request.system})];
+    messages.extend(request.messages.iter().map(|m| {
+        json!({
+            "role": match m.role { MessageRole::User => "user", MessageRole::Assistant => "assistant" },
+            "content": m.content,
+        })
+    }));
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "max_tokens": request.max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+    }
+    body
+}
+
+impl Backend for OpenAi {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
+    fn max_tokens(&self) -> u32 {
+        self.settings.max_tokens
+    }
+
+    fn max_concurrent(&self) -> usize {
+        self.concurrency
+    }
+
+    fn stream(&self, request: Request) -> EventStream {
+        let url = self.url();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(key) = &self.key {
+            match HeaderValue::from_str(&format!("Bearer {}", key.expose_secret())) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    headers.insert(AUTHORIZATION, value);
+                }
+                Err(_) => {
+                    return Box::pin(futures::stream::once(async {
+                        Err(LlmError::Malformed(
+                            "OPENAI_API_KEY holds characters that cannot go in a header".into(),
+                        ))
+                    }))
+                }
+            }
+        }
+        let builder = self
+            .client
+            .post(&url)
+            .headers(headers)
+            .body(body(&request).to_string());
+        sse::stream(
+            builder,
+            url,
+            self.connect,
+            self.idle,
+            ChunkDecoder::default(),
+        )
+    }
+}
+
+/// Reads chat-completion chunks.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    open_calls: BTreeSet<usize>,
+    done: bool,
+}
+
+impl ChunkDecoder {
+    fn close_calls(&mut self, out: &mut Vec<LlmEvent>) {
+        out.extend(
+            std::mem::take(&mut self.open_calls)
+                .into_iter()
+                .map(|index| LlmEvent::ToolCallEnd { index }),
+        );
+    }
+}
+
+impl Decoder for ChunkDecoder {
+    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        if data == "[DONE]" {
+            self.close_calls(&mut out);
+            self.done = true;
+            return Ok(out);
+        }
+        let chunk = sse::json(data)?;
+        if let Some(error) = chunk.get("error") {
+            let kind = error
+                .get("type")
+                .or_else(|| error.get("code"))
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .unwrap_or_else(|| "error".to_string());
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| error.to_string());
+            return Err(LlmError::Api { kind, message });
+        }
+        if let Some(choice) = chunk.pointer("/choices/0") {
+            let delta = choice.get("delta").unwrap_or(&Value::Null);
+            if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                if !text.is_empty() {
+                    out.push(LlmEvent::TextDelta {
+                        text: text.to_string(),
+                    });
+                }
+            }
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if !self.open_calls.contains(&index) {
+                    self.open_calls.insert(index);
+                    out.push(LlmEvent::ToolCallStart {
+                        index,
+                        id: call
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        name: call
+                            .pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    });
+                }
+                if let Some(fragment) = call.pointer("/function/arguments").and_then(Value::as_str)
+                {
+                    if !fragment.is_empty() {
+                        out.push(LlmEvent::ToolCallArgs {
+                            index,
+                            fragment: fragment.to_string(),
+                        });
+                    }
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.close_calls(&mut out);
+                out.push(LlmEvent::Stop {
+                    reason: StopReason::parse(reason),
+                });
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            out.push(LlmEvent::Usage {
+                input_tokens: usage.get("prompt_tokens").and_then(Value::as_u64),
+                output_tokens: usage.get("completion_tokens").and_then(Value::as_u64),
+            });
+        }
+        Ok(out)
+    }
+
+    fn finished(&self) -> bool {
+        self.done
+    }
+}

@@ -1,0 +1,194 @@
+//! What both SSE backends share: sending the request, naming HTTP failures, the between-events
+//! timeout, and turning the byte stream into events with `eventsource-stream`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+
+use super::{EventStream, LlmError, LlmEvent};
+
+/// Reads one provider's SSE events into [`LlmEvent`]s.
+pub trait Decoder: Send + 'static {
+    /// The events one SSE event stands for, or the error it reports.
+    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError>;
+    /// Whether the end-of-stream marker was seen.
+    fn finished(&self) -> bool;
+}
+
+/// Parses a byte stream into SSE events.
+pub fn events<S>(bytes: S) -> impl Stream<Item = Result<eventsource_stream::Event, LlmError>> + Send
+where
+    S: Stream<Item = Result<Bytes, LlmError>> + Send,
+{
+    bytes.eventsource().map(|item| {
+        item.map_err(|err| match err {
+            EventStreamError::Transport(e) => e,
+            EventStreamError::Utf8(e) => LlmError::Malformed(format!("invalid UTF-8: {e}")),
+            EventStreamError::Parser(e) => LlmError::Malformed(format!("bad SSE framing: {e}")),
+        })
+    })
+}
+
+/// Decodes SSE events with `decoder` until its end marker; a stream that ends before it is
+/// [`LlmError::Truncated`]. The first error ends the stream.
+pub fn decode<S, D>(
+    events: S,
+    mut decoder: D,
+) -> impl Stream<Item = Result<LlmEvent, LlmError>> + Send
+where
+    S: Stream<Item = Result<eventsource_stream::Event, LlmError>> + Send,
+    D: Decoder,
+{
+    async_stream::stream! {
+        futures::pin_mut!(events);
+        while let Some(item) = events.next().await {
+            match item.and_then(|event| decoder.event(&event)) {
+                Ok(out) => {
+                    for e in out {
+                        yield Ok(e);
+                    }
+                    if decoder.finished() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    yield Err(err);
+                    return;
+                }
+            }
+        }
+        yield Err(LlmError::Truncated);
+    }
+}
+
+/// Parses a data line's JSON, naming the failure.
+pub fn json(data: &str) -> Result<Value, LlmError> {
+    serde_json::from_str(data).map_err(|e| {
+        let shown: String = data.chars().take(80).collect();
+        LlmError::Malformed(format!("{e} in data line `{shown}`"))
+    })
+}
+
+/// The deepest cause of an error, e.g. "Connection refused (os error 111)".
+fn root_cause(err: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+/// Sends `request` and returns the streaming response, or a named failure (connect, timeout,
+/// error status with its message and `retry-after`).
+pub async fn send(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    connect_timeout: Duration,
+) -> Result<reqwest::Response, LlmError> {
+    let response = request.send().await.map_err(|err| {
+        if err.is_connect() && err.is_timeout() {
+            LlmError::ConnectTimeout {
+                url: url.to_string(),
+                secs: connect_timeout.as_secs_f64(),
+            }
+        } else if err.is_connect() {
+            LlmError::Connect {
+                url: url.to_string(),
+                reason: root_cause(&err),
+            }
+        } else {
+            LlmError::Broken(root_cause(&err))
+        }
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0);
+    let body = response.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| {
+            let text: String = body.chars().take(200).collect();
+            if text.trim().is_empty() {
+                status.canonical_reason().unwrap_or("error").to_string()
+            } else {
+                text
+            }
+        });
+    Err(LlmError::Status {
+        status: status.as_u16(),
+        message,
+        retry_after,
+    })
+}
+
+/// A response body as bytes, failing with [`LlmError::IdleTimeout`] when nothing arrives for `idle`.
+pub fn body_with_idle_timeout(
+    response: reqwest::Response,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, LlmError>> + Send {
+    async_stream::stream! {
+        let body = response.bytes_stream();
+        futures::pin_mut!(body);
+        loop {
+            match tokio::time::timeout(idle, body.next()).await {
+                Err(_) => {
+                    yield Err(LlmError::IdleTimeout { secs: idle.as_secs_f64() });
+                    return;
+                }
+                Ok(None) => return,
+                Ok(Some(Ok(bytes))) => yield Ok(bytes),
+                Ok(Some(Err(err))) => {
+                    yield Err(LlmError::Broken(root_cause(&err)));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `request` when first polled and decodes its SSE stream with `decoder`.
+pub fn stream<D: Decoder>(
+    request: reqwest::RequestBuilder,
+    url: String,
+    connect_timeout: Duration,
+    idle: Duration,
+    decoder: D,
+) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let response = match send(request, &url, connect_timeout).await {
+            Ok(r) => r,
+            Err(err) => {
+                yield Err(err);
+                return;
+            }
+        };
+        let decoded = decode(events(body_with_idle_timeout(response, idle)), decoder);
+        futures::pin_mut!(decoded);
+        while let Some(item) = decoded.next().await {
+            yield item;
+        }
+    })
+}
+
+/// Builds the shared HTTP client.
+pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, super::BackendError> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .build()
+        .map_err(|e| super::BackendError::Client(e.to_string()))
+}

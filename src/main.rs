@@ -1,0 +1,459 @@
+//! `jarvis`: the command-line shell over the conversation service. Glue only: every decision is
+//! the service's.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use jarvis::config::{self, BackendKind, Config};
+use jarvis::llm::{self, Backend};
+use jarvis::store::{ReplyState, Role, Store};
+use jarvis::{AskError, ChatId, Event, ReplyId, Service, ServiceOptions};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Exit status of a reply that was stopped.
+const EXIT_STOPPED: u8 = 4;
+/// Exit status of a question refused because the chat is replying.
+const EXIT_BUSY: u8 = 3;
+/// Exit status of a reply that failed or was interrupted, and of any other error.
+const EXIT_FAILED: u8 = 1;
+
+/// Jarvis, a desktop AI assistant, from the terminal.
+#[derive(Parser)]
+#[command(name = "jarvis", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Talk interactively: type a question, the reply streams in; Ctrl-C stops a reply.
+    Chat {
+        /// Continue this chat instead of starting a new one.
+        #[arg(long)]
+        chat: Option<i64>,
+    },
+    /// Ask one question and stream the reply to stdout (the chat id goes to stderr first).
+    Ask {
+        /// The chat to ask in.
+        #[arg(long, conflicts_with = "new")]
+        chat: Option<i64>,
+        /// Start a new chat (the default when --chat is not given).
+        #[arg(long)]
+        new: bool,
+        /// The question; `-` reads it from stdin.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// Try a chat's failed or interrupted last reply again.
+    Retry {
+        /// The chat.
+        chat: i64,
+    },
+    /// List chats, newest first: ID, state of the last reply, title.
+    Chats,
+    /// Print a chat's records in order.
+    Show {
+        /// The chat.
+        chat: i64,
+    },
+    /// Check the settings, the data directory, the backend and its key.
+    Doctor,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("jarvis: cannot start the async runtime: {err}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("jarvis: {err:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `JARVIS_LOG` (default: warnings).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn open_store(config: &Config) -> Result<Store> {
+    Ok(Store::open(
+        &config.database_path(),
+        Duration::from_millis(config.settings.replies.busy_timeout_ms),
+    )?)
+}
+
+/// Loads everything a conversation needs; a remote backend without its key refuses here.
+fn start_service(config: &Config) -> Result<Service> {
+    let backend: Arc<dyn Backend> = llm::from_config(config, &env)?;
+    let store = open_store(config)?;
+    Ok(Service::start(
+        store,
+        backend,
+        ServiceOptions::from_settings(&config.settings),
+    ))
+}
+
+async fn run(command: Command) -> Result<ExitCode> {
+    let config = Config::load()?;
+    match command {
+        Command::Chat { chat } => {
+            let service = start_service(&config)?;
+            interactive(&service, chat.map(ChatId)).await
+        }
+        Command::Ask { chat, new: _, text } => {
+            let service = start_service(&config)?;
+            let text = if text.len() == 1 && text[0] == "-" {
+                let mut buf = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+                    .context("cannot read the question from stdin")?;
+                buf
+            } else {
+                text.join(" ")
+            };
+            let chat = match chat {
+                Some(id) => ChatId(id),
+                None => service.new_chat(None).await?.id,
+            };
+            eprintln!("chat {chat}");
+            let state = ask_and_stream(&service, chat, Some(text)).await?;
+            Ok(exit_for(state))
+        }
+        Command::Retry { chat } => {
+            let service = start_service(&config)?;
+            let state = ask_and_stream(&service, ChatId(chat), None).await?;
+            Ok(exit_for(state))
+        }
+        Command::Chats => {
+            let store = open_store(&config)?;
+            for chat in store.chats()? {
+                let state = chat.last_reply.map(|s| s.as_str()).unwrap_or("new");
+                println!("{}\t{}\t{}", chat.id, state, chat.title);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { chat } => {
+            let store = open_store(&config)?;
+            show(&store, ChatId(chat))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => doctor(&config).await,
+    }
+}
+
+/// How a question ended, for the exit status.
+enum Ended {
+    Reply(ReplyState, Option<String>),
+    Busy,
+}
+
+fn exit_for(ended: Ended) -> ExitCode {
+    match ended {
+        Ended::Reply(ReplyState::Done, _) => ExitCode::SUCCESS,
+        Ended::Reply(state, reason) => {
+            eprintln!(
+                "jarvis: the reply {state}{}",
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            );
+            ExitCode::from(if state == ReplyState::Stopped {
+                EXIT_STOPPED
+            } else {
+                EXIT_FAILED
+            })
+        }
+        Ended::Busy => ExitCode::from(EXIT_BUSY),
+    }
+}
+
+/// Asks (or, with `None`, tries the last reply again) and streams the reply to stdout. Ctrl-C
+/// stops the reply: an explicit stop.
+async fn ask_and_stream(service: &Service, chat: ChatId, text: Option<String>) -> Result<Ended> {
+    let asked = match text {
+        Some(text) => service.ask(chat, text).await,
+        None => service.retry(chat).await,
+    };
+    let reply = match asked {
+        Ok(reply) => reply,
+        Err(AskError::Busy(_)) => {
+            eprintln!("jarvis: chat {chat} is still replying; wait for it to end or stop it");
+            return Ok(Ended::Busy);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let mut attachment = service.attach(chat).await?;
+    stream_reply(service, chat, reply, &mut attachment).await
+}
+
+async fn stream_reply(
+    service: &Service,
+    chat: ChatId,
+    reply: ReplyId,
+    attachment: &mut jarvis::Attachment,
+) -> Result<Ended> {
+    let mut stdout = std::io::stdout();
+    let mut stop_asked = false;
+    loop {
+        let event = tokio::select! {
+            event = attachment.next_of(reply) => event,
+            _ = tokio::signal::ctrl_c(), if !stop_asked => {
+                stop_asked = true;
+                service.stop(chat).await?;
+                continue;
+            }
+        };
+        match event {
+            None => bail!("the conversation service stopped before the reply ended"),
+            Some(Event::Delta { text, .. }) => {
+                stdout.write_all(text.as_bytes())?;
+                stdout.flush()?;
+            }
+            Some(Event::Waiting { message, .. }) => eprintln!("{message}"),
+            Some(Event::Retrying {
+                attempt,
+                wait_ms,
+                reason,
+                ..
+            }) => eprintln!(
+                "({reason}; trying again in {:.1} s, attempt {attempt})",
+                wait_ms as f64 / 1000.0
+            ),
+            Some(Event::ReplyEnded { state, reason, .. }) => {
+                println!();
+                return Ok(Ended::Reply(state, reason));
+            }
+            Some(Event::ReplyStarted { .. } | Event::Running { .. }) => {}
+        }
+    }
+}
+
+async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode> {
+    let mut chat = match chat {
+        Some(id) => {
+            service.store().chat(id)?;
+            id
+        }
+        None => service.new_chat(None).await?.id,
+    };
+    println!("Jarvis — chat {chat}. Type a question; /new, /chats, /open ID, /retry, /quit. Ctrl-C stops a reply.");
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        print!("> ");
+        std::io::stdout().flush()?;
+        let line = tokio::select! {
+            line = lines.next_line() => line?,
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        let Some(line) = line else {
+            println!();
+            return Ok(ExitCode::SUCCESS);
+        };
+        let line = line.trim();
+        match line
+            .split_once(' ')
+            .map_or((line, ""), |(a, b)| (a, b.trim()))
+        {
+            ("", _) => {}
+            ("/quit" | "/exit", _) => return Ok(ExitCode::SUCCESS),
+            ("/new", _) => {
+                chat = service.new_chat(None).await?.id;
+                println!("chat {chat}");
+            }
+            ("/chats", _) => {
+                for c in service.chats().await? {
+                    let mark = if c.id == chat { "*" } else { " " };
+                    let state = c.last_reply.map(|s| s.as_str()).unwrap_or("new");
+                    println!("{mark}{}\t{state}\t{}", c.id, c.title);
+                }
+            }
+            ("/open", id) => match id.parse::<i64>().map(ChatId) {
+                Ok(id) => match service.records(id).await {
+                    Ok(records) => {
+                        service.store().chat(id)?;
+                        chat = id;
+                        for r in records {
+                            println!("{}: {}", r.role.as_str(), r.text);
+                        }
+                    }
+                    Err(err) => println!("{err}"),
+                },
+                Err(_) => println!("usage: /open ID"),
+            },
+            ("/retry", _) => report(ask_and_stream(service, chat, None).await),
+            (cmd, _) if cmd.starts_with('/') => {
+                println!("unknown command {cmd}; try /new, /chats, /open ID, /retry, /quit")
+            }
+            _ => report(ask_and_stream(service, chat, Some(line.to_string())).await),
+        }
+    }
+}
+
+fn report(ended: Result<Ended>) {
+    match ended {
+        Ok(Ended::Reply(ReplyState::Done, _)) | Ok(Ended::Busy) => {}
+        Ok(Ended::Reply(state, reason)) => println!(
+            "[reply {state}{}]",
+            reason.map(|r| format!(": {r}")).unwrap_or_default()
+        ),
+        Err(err) => println!("[{err:#}]"),
+    }
+}
+
+fn show(store: &Store, chat: ChatId) -> Result<()> {
+    let info = store.chat(chat)?;
+    let replies = store.replies(chat)?;
+    println!("# {} (chat {})", info.title, info.id);
+    for record in store.records(chat)? {
+        match record.role {
+            Role::User | Role::Tool => {
+                println!("{}: {}", record.role.as_str(), record.text);
+                // Replies with no record yet: still being written, or ended with no text.
+                for reply in replies
+                    .iter()
+                    .filter(|r| r.question == record.id && (r.state.is_live() || r.text.is_empty()))
+                {
+                    let mark = match reply.state {
+                        ReplyState::Running => "replying…".to_string(),
+                        ReplyState::Waiting => "waiting…".to_string(),
+                        state => mark(state, reply.reason.as_deref()),
+                    };
+                    println!("assistant ({mark}): {}", reply.text);
+                }
+            }
+            Role::Assistant => {
+                let reply = replies.iter().find(|r| Some(r.id) == record.reply);
+                match reply {
+                    Some(r) if r.state != ReplyState::Done => println!(
+                        "assistant ({}): {}",
+                        mark(r.state, r.reason.as_deref()),
+                        record.text
+                    ),
+                    _ => println!("assistant: {}", record.text),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mark(state: ReplyState, reason: Option<&str>) -> String {
+    match reason {
+        Some(reason) if state == ReplyState::Failed => format!("failed: {reason}"),
+        _ => state.as_str().to_string(),
+    }
+}
+
+async fn doctor(config: &Config) -> Result<ExitCode> {
+    let mut problems = Vec::new();
+    let s = &config.settings;
+    println!(
+        "settings file: {} ({})",
+        config.path.display(),
+        if config.file_found {
+            "found"
+        } else {
+            "not found; using defaults"
+        }
+    );
+    println!("data directory: {}", config.data_dir.display());
+    match open_store(config).and_then(|st| Ok(st.schema_version()?)) {
+        Ok(version) => println!(
+            "database: {} (schema version {version})",
+            config.database_path().display()
+        ),
+        Err(err) => {
+            println!("database: {err:#}");
+            problems.push("the database cannot be opened (see above)".to_string());
+        }
+    }
+    let (base_url, key_var, needs_key) = match s.backend {
+        BackendKind::Anthropic => (s.anthropic.base_url.as_str(), "ANTHROPIC_API_KEY", true),
+        BackendKind::Openai => (
+            s.openai.base_url.as_str(),
+            "OPENAI_API_KEY",
+            s.openai.requires_key,
+        ),
+        BackendKind::Local => (
+            s.local.base_url.as_str(),
+            "OPENAI_API_KEY",
+            s.local.requires_key,
+        ),
+    };
+    println!("backend: {} (model {}, {base_url})", s.backend, s.model());
+    if needs_key {
+        match config::find_key(key_var, &env) {
+            Some((_, source)) => println!("key: {key_var} present ({source})"),
+            None => {
+                println!("key: {key_var} missing");
+                problems.push(format!(
+                    "set {key_var}, store it in the OS keyring (service `{}`, user `{key_var}`), or choose another backend with JARVIS_BACKEND",
+                    config::KEYRING_SERVICE
+                ));
+            }
+        }
+    } else {
+        println!("key: not needed");
+    }
+    match reachable(base_url).await {
+        Ok(()) => println!("server: reachable"),
+        Err(reason) => {
+            println!("server: not reachable ({reason})");
+            if s.backend == BackendKind::Local {
+                problems.push(format!(
+                    "start a local OpenAI-compatible server (Ollama, llama.cpp server) at {base_url}, or choose another backend with JARVIS_BACKEND"
+                ));
+            } else {
+                problems.push(format!("check the network and the base URL {base_url}"));
+            }
+        }
+    }
+    println!("model files: none used by this build");
+    if problems.is_empty() {
+        println!("all good");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("to do:");
+        for p in problems {
+            println!("- {p}");
+        }
+        Ok(ExitCode::from(EXIT_FAILED))
+    }
+}
+
+/// Whether a TCP connection to the URL's host and port opens within two seconds.
+async fn reachable(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad URL: {e}"))?;
+    let host = parsed.host_str().ok_or("no host in the URL")?.to_string();
+    let port = parsed.port_or_known_default().ok_or("no port in the URL")?;
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
+}

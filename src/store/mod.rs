@@ -1,0 +1,836 @@
+//! The SQLite store: chats, their records and replies, durable across restarts and crashes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite_migration::{Migrations, M};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The migrations, embedded at compile time and applied in order.
+const MIGRATIONS: &[&str] = &[include_str!(
+    "../../migrations/0001_chats_records_replies.sql"
+)];
+
+/// How long a running reply's lease lasts without renewal.
+pub const LEASE: Duration = Duration::from_secs(15);
+
+/// What went wrong with the store; each message says what to do.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The database was written by a newer Jarvis.
+    #[error("the database {path} has schema version {found}, newer than this Jarvis understands (up to {supported}); update Jarvis, or set JARVIS_DATA_DIR to use another data directory")]
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// Another process held the database longer than the busy timeout.
+    #[error("the database {path} is locked by another process (waited {waited_ms} ms); close the other Jarvis or try again")]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// The data directory could not be made.
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The migrations failed.
+    #[error("cannot bring the database {path} up to date: {message}")]
+    Migration {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// No chat with that id.
+    #[error("there is no chat {0}")]
+    NoSuchChat(ChatId),
+    /// Any other SQLite error.
+    #[error("database error in {path}: {source}")]
+    Sqlite {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: rusqlite::Error,
+    },
+}
+
+/// A chat's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChatId(pub i64);
+
+/// A reply's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ReplyId(pub i64);
+
+/// A record's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RecordId(pub i64);
+
+macro_rules! display_id {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    )*};
+}
+display_id!(ChatId, ReplyId, RecordId);
+
+/// Who said a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user.
+    User,
+    /// Jarvis.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+impl Role {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    fn parse(s: &str) -> Role {
+        match s {
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => Role::User,
+        }
+    }
+}
+
+/// Where a reply is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyState {
+    /// Another reply holds the backend.
+    Waiting,
+    /// Being written.
+    Running,
+    /// Answered.
+    Done,
+    /// Stopped by the user.
+    Stopped,
+    /// Failed, with a reason.
+    Failed,
+    /// The process that wrote it died.
+    Interrupted,
+}
+
+impl ReplyState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyState::Waiting => "waiting",
+            ReplyState::Running => "running",
+            ReplyState::Done => "done",
+            ReplyState::Stopped => "stopped",
+            ReplyState::Failed => "failed",
+            ReplyState::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(s: &str) -> ReplyState {
+        match s {
+            "waiting" => ReplyState::Waiting,
+            "running" => ReplyState::Running,
+            "done" => ReplyState::Done,
+            "stopped" => ReplyState::Stopped,
+            "failed" => ReplyState::Failed,
+            _ => ReplyState::Interrupted,
+        }
+    }
+
+    /// Whether the reply is still being worked on.
+    pub fn is_live(self) -> bool {
+        matches!(self, ReplyState::Waiting | ReplyState::Running)
+    }
+
+    /// Whether it can be tried again.
+    pub fn can_retry(self) -> bool {
+        matches!(self, ReplyState::Failed | ReplyState::Interrupted)
+    }
+}
+
+impl std::fmt::Display for ReplyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A chat, with the state of its latest reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chat {
+    /// Its id.
+    pub id: ChatId,
+    /// Its title.
+    pub title: String,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms of the last change.
+    pub updated_at: i64,
+    /// The latest reply's state, if any.
+    pub last_reply: Option<ReplyState>,
+}
+
+/// One stored row of a chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Its id.
+    pub id: RecordId,
+    /// The chat.
+    pub chat: ChatId,
+    /// Order within the chat.
+    pub seq: i64,
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub text: String,
+    /// The reply an assistant record came from.
+    pub reply: Option<ReplyId>,
+    /// Unix ms.
+    pub created_at: i64,
+}
+
+/// A reply as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Its id.
+    pub id: ReplyId,
+    /// The chat.
+    pub chat: ChatId,
+    /// The question's record.
+    pub question: RecordId,
+    /// Its state.
+    pub state: ReplyState,
+    /// The text written so far.
+    pub text: String,
+    /// Why it failed, stopped or was interrupted.
+    pub reason: Option<String>,
+    /// Unix ms.
+    pub started_at: i64,
+    /// Unix ms.
+    pub ended_at: Option<i64>,
+}
+
+/// The current time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// This process's identity as a reply owner: its pid and a token unique to this run.
+pub fn owner() -> &'static str {
+    static OWNER: OnceLock<String> = OnceLock::new();
+    OWNER.get_or_init(|| format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple()))
+}
+
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The store: one SQLite connection shared by cheap clones. Calls block; async code runs them
+/// on the blocking pool.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    path: Arc<PathBuf>,
+    busy: Duration,
+}
+
+const REPLY_COLUMNS: &str = "id, chat_id, question_id, state, text, reason, started_at, ended_at";
+
+fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
+    Ok(Reply {
+        id: ReplyId(row.get(0)?),
+        chat: ChatId(row.get(1)?),
+        question: RecordId(row.get(2)?),
+        state: ReplyState::parse(&row.get::<_, String>(3)?),
+        text: row.get(4)?,
+        reason: row.get(5)?,
+        started_at: row.get(6)?,
+        ended_at: row.get(7)?,
+    })
+}
+
+fn record_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
+    Ok(Record {
+        id: RecordId(row.get(0)?),
+        chat: ChatId(row.get(1)?),
+        seq: row.get(2)?,
+        role: Role::parse(&row.get::<_, String>(3)?),
+        text: row.get(4)?,
+        reply: row.get::<_, Option<i64>>(5)?.map(ReplyId),
+        created_at: row.get(6)?,
+    })
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, applies migrations and marks replies
+    /// whose process is gone as interrupted.
+    pub fn open(path: &Path, busy_timeout: Duration) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let store = Store {
+            conn: Arc::new(Mutex::new(Connection::open(path).map_err(|source| {
+                StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?)),
+            path: Arc::new(path.to_path_buf()),
+            busy: busy_timeout,
+        };
+        store.prepare()?;
+        store.mark_interrupted()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StoreError {
+        match source.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked {
+                path: self.path.to_path_buf(),
+                waited_ms: self.busy.as_millis() as u64,
+            },
+            _ => StoreError::Sqlite {
+                path: self.path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
+    fn prepare(&self) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        conn.busy_timeout(self.busy).map_err(|e| self.err(e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| self.err(e))?;
+        // journal_mode returns a row, so it is queried rather than updated.
+        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .map_err(|e| self.err(e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.err(e))?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        let supported = MIGRATIONS.len() as i64;
+        if found > supported {
+            return Err(StoreError::TooNew {
+                path: self.path.to_path_buf(),
+                found,
+                supported,
+            });
+        }
+        let migrations = Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect());
+        migrations.to_latest(&mut conn).map_err(|err| match err {
+            rusqlite_migration::Error::RusqliteError { err, .. } => self.err(err),
+            other => StoreError::Migration {
+                path: self.path.to_path_buf(),
+                message: other.to_string(),
+            },
+        })
+    }
+
+    /// The schema version recorded in the database.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.lock()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// `PRAGMA integrity_check`'s answer ("ok" when sound).
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.lock()
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Makes a new chat.
+    pub fn create_chat(&self, title: &str) -> Result<Chat, StoreError> {
+        let now = now_ms();
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO chats (title, created_at, updated_at) VALUES (?1, ?2, ?2)",
+            params![title, now],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(Chat {
+            id: ChatId(conn.last_insert_rowid()),
+            title: title.to_string(),
+            created_at: now,
+            updated_at: now,
+            last_reply: None,
+        })
+    }
+
+    /// Renames a chat.
+    pub fn rename_chat(&self, chat: ChatId, title: &str) -> Result<(), StoreError> {
+        let n = self
+            .lock()
+            .execute(
+                "UPDATE chats SET title = ?2 WHERE id = ?1",
+                params![chat.0, title],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NoSuchChat(chat));
+        }
+        Ok(())
+    }
+
+    /// All chats, newest first.
+    pub fn chats(&self) -> Result<Vec<Chat>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT c.id, c.title, c.created_at, c.updated_at,
+                        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
+                 FROM chats c ORDER BY c.updated_at DESC, c.id DESC",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], chat_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    /// One chat.
+    pub fn chat(&self, chat: ChatId) -> Result<Chat, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT c.id, c.title, c.created_at, c.updated_at,
+                        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
+                 FROM chats c WHERE c.id = ?1",
+                [chat.0],
+                chat_from_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))?
+            .ok_or(StoreError::NoSuchChat(chat))
+    }
+
+    /// Appends a record at the end of a chat.
+    pub fn append_record(
+        &self,
+        chat: ChatId,
+        role: Role,
+        text: &str,
+        reply: Option<ReplyId>,
+    ) -> Result<Record, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let record = insert_record(&tx, chat, role, text, reply).map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(record)
+    }
+
+    /// A chat's records in order.
+    pub fn records(&self, chat: ChatId) -> Result<Vec<Record>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, chat_id, seq, role, text, reply_id, created_at
+                 FROM records WHERE chat_id = ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([chat.0], record_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    /// The records a request for `question` is built from: every record up to and including the
+    /// question, leaving out answers that were superseded by trying again.
+    pub fn history(&self, question: RecordId) -> Result<Vec<Record>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT r.id, r.chat_id, r.seq, r.role, r.text, r.reply_id, r.created_at
+                 FROM records r
+                 JOIN records q ON q.id = ?1 AND r.chat_id = q.chat_id AND r.seq <= q.seq
+                 LEFT JOIN replies p ON p.id = r.reply_id
+                 WHERE r.reply_id IS NULL
+                    OR p.id = (SELECT max(id) FROM replies WHERE question_id = p.question_id)
+                 ORDER BY r.seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([question.0], record_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    /// Starts a reply to `question`, owned by this process.
+    pub fn start_reply(
+        &self,
+        chat: ChatId,
+        question: RecordId,
+        state: ReplyState,
+    ) -> Result<Reply, StoreError> {
+        let now = now_ms();
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO replies (chat_id, question_id, state, owner, owner_pid, lease_until, started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                chat.0,
+                question.0,
+                state.as_str(),
+                owner(),
+                std::process::id(),
+                now + LEASE.as_millis() as i64,
+                now
+            ],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(Reply {
+            id: ReplyId(conn.last_insert_rowid()),
+            chat,
+            question,
+            state,
+            text: String::new(),
+            reason: None,
+            started_at: now,
+            ended_at: None,
+        })
+    }
+
+    /// Moves a live reply to another live state (waiting → running).
+    pub fn set_live_state(&self, reply: ReplyId, state: ReplyState) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE replies SET state = ?2, lease_until = ?3 WHERE id = ?1",
+                params![reply.0, state.as_str(), now_ms() + LEASE.as_millis() as i64],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Stores the text written so far and renews the lease.
+    pub fn save_progress(&self, reply: ReplyId, text: &str) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE replies SET text = ?2, lease_until = ?3 WHERE id = ?1",
+                params![reply.0, text, now_ms() + LEASE.as_millis() as i64],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Renews a live reply's lease.
+    pub fn renew_lease(&self, reply: ReplyId) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE replies SET lease_until = ?2 WHERE id = ?1",
+                params![reply.0, now_ms() + LEASE.as_millis() as i64],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Ends a reply: its final state, text and reason, and the assistant record of what was written.
+    pub fn finish_reply(
+        &self,
+        reply: ReplyId,
+        state: ReplyState,
+        text: &str,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        finish_in(&tx, reply, state, text, reason).map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// A reply by id.
+    pub fn reply(&self, reply: ReplyId) -> Result<Option<Reply>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {REPLY_COLUMNS} FROM replies WHERE id = ?1"),
+                [reply.0],
+                reply_from_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// A chat's latest reply.
+    pub fn last_reply(&self, chat: ChatId) -> Result<Option<Reply>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!(
+                    "SELECT {REPLY_COLUMNS} FROM replies WHERE chat_id = ?1 ORDER BY id DESC LIMIT 1"
+                ),
+                [chat.0],
+                reply_from_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// All replies of a chat, oldest first.
+    pub fn replies(&self, chat: ChatId) -> Result<Vec<Reply>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {REPLY_COLUMNS} FROM replies WHERE chat_id = ?1 ORDER BY id"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([chat.0], reply_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    /// Whether a live reply of this chat is owned by a process other than this one that still runs.
+    pub fn live_elsewhere(&self, chat: ChatId) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT owner_pid, lease_until FROM replies
+                 WHERE chat_id = ?1 AND state IN ('waiting', 'running') AND owner IS NOT ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        let owners = stmt
+            .query_map(params![chat.0, owner()], |r| {
+                Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        let now = now_ms();
+        Ok(owners
+            .into_iter()
+            .any(|(pid, lease)| lease.unwrap_or(0) >= now && pid.is_some_and(process_alive)))
+    }
+
+    /// Marks replies left running or waiting by a process that is gone (or whose lease ran out) as
+    /// interrupted, keeping their text. Returns how many.
+    pub fn mark_interrupted(&self) -> Result<usize, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let orphans: Vec<(i64, String)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id, text, owner_pid, lease_until FROM replies
+                     WHERE state IN ('waiting', 'running') AND owner IS NOT ?1",
+                )
+                .map_err(|e| self.err(e))?;
+            let now = now_ms();
+            let rows = stmt
+                .query_map([owner()], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            rows.into_iter()
+                .filter(|(_, _, pid, lease)| {
+                    lease.unwrap_or(0) < now || !pid.is_some_and(process_alive)
+                })
+                .map(|(id, text, _, _)| (id, text))
+                .collect()
+        };
+        for (id, text) in &orphans {
+            finish_in(
+                &tx,
+                ReplyId(*id),
+                ReplyState::Interrupted,
+                text,
+                Some("Jarvis closed before the reply was finished"),
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        if !orphans.is_empty() {
+            tracing::info!(count = orphans.len(), "marked replies interrupted");
+        }
+        Ok(orphans.len())
+    }
+}
+
+fn chat_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {
+    Ok(Chat {
+        id: ChatId(row.get(0)?),
+        title: row.get(1)?,
+        created_at: row.get(2)?,
+        updated_at: row.get(3)?,
+        last_reply: row
+            .get::<_, Option<String>>(4)?
+            .map(|s| ReplyState::parse(&s)),
+    })
+}
+
+fn insert_record(
+    conn: &Connection,
+    chat: ChatId,
+    role: Role,
+    text: &str,
+    reply: Option<ReplyId>,
+) -> rusqlite::Result<Record> {
+    let now = now_ms();
+    let seq: i64 = conn.query_row(
+        "SELECT coalesce(max(seq), 0) + 1 FROM records WHERE chat_id = ?1",
+        [chat.0],
+        |r| r.get(0),
+    )?;
+    conn.execute(
+        "INSERT INTO records (chat_id, seq, role, text, reply_id, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![chat.0, seq, role.as_str(), text, reply.map(|r| r.0), now],
+    )?;
+    let id = conn.last_insert_rowid();
+    conn.execute(
+        "UPDATE chats SET updated_at = ?2 WHERE id = ?1",
+        params![chat.0, now],
+    )?;
+    Ok(Record {
+        id: RecordId(id),
+        chat,
+        seq,
+        role,
+        text: text.to_string(),
+        reply,
+        created_at: now,
+    })
+}
+
+fn finish_in(
+    conn: &Connection,
+    reply: ReplyId,
+    state: ReplyState,
+    text: &str,
+    reason: Option<&str>,
+) -> rusqlite::Result<()> {
+    let chat: i64 = conn.query_row(
+        "SELECT chat_id FROM replies WHERE id = ?1",
+        [reply.0],
+        |r| r.get(0),
+    )?;
+    conn.execute(
+        "UPDATE replies SET state = ?2, text = ?3, reason = ?4, ended_at = ?5, lease_until = NULL
+         WHERE id = ?1",
+        params![reply.0, state.as_str(), text, reason, now_ms()],
+    )?;
+    if !text.is_empty() {
+        insert_record(conn, ChatId(chat), Role::Assistant, text, Some(reply))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("j.db"), Duration::from_secs(1)).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn records_keep_their_order_and_replies_their_answer() {
+        let (_dir, s) = store();
+        let chat = s.create_chat("t").unwrap();
+        let q = s.append_record(chat.id, Role::User, "hi", None).unwrap();
+        let r = s.start_reply(chat.id, q.id, ReplyState::Running).unwrap();
+        s.save_progress(r.id, "Hel").unwrap();
+        s.finish_reply(r.id, ReplyState::Done, "Hello", None)
+            .unwrap();
+        let recs = s.records(chat.id).unwrap();
+        assert_eq!(
+            recs.iter()
+                .map(|r| (r.seq, r.role, r.text.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(1, Role::User, "hi"), (2, Role::Assistant, "Hello")]
+        );
+        assert_eq!(s.chat(chat.id).unwrap().last_reply, Some(ReplyState::Done));
+        assert_eq!(s.schema_version().unwrap(), MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn history_leaves_out_answers_that_were_tried_again() {
+        let (_dir, s) = store();
+        let chat = s.create_chat("t").unwrap();
+        let q = s.append_record(chat.id, Role::User, "q1", None).unwrap();
+        let r1 = s.start_reply(chat.id, q.id, ReplyState::Running).unwrap();
+        s.finish_reply(r1.id, ReplyState::Failed, "partial", Some("x"))
+            .unwrap();
+        let r2 = s.start_reply(chat.id, q.id, ReplyState::Running).unwrap();
+        s.finish_reply(r2.id, ReplyState::Done, "whole answer", None)
+            .unwrap();
+        let q2 = s.append_record(chat.id, Role::User, "q2", None).unwrap();
+        let texts: Vec<_> = s
+            .history(q2.id)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.text)
+            .collect();
+        assert_eq!(texts, ["q1", "whole answer", "q2"]);
+        // Retrying the first question sees nothing after it.
+        let texts: Vec<_> = s
+            .history(q.id)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.text)
+            .collect();
+        assert_eq!(texts, ["q1"]);
+    }
+
+    #[test]
+    fn a_reply_of_this_process_is_not_marked_interrupted() {
+        let (_dir, s) = store();
+        let chat = s.create_chat("t").unwrap();
+        let q = s.append_record(chat.id, Role::User, "hi", None).unwrap();
+        let r = s.start_reply(chat.id, q.id, ReplyState::Running).unwrap();
+        assert_eq!(s.mark_interrupted().unwrap(), 0);
+        assert_eq!(s.reply(r.id).unwrap().unwrap().state, ReplyState::Running);
+    }
+}
