@@ -649,13 +649,16 @@ async fn finish_early(wire: Wire, ending: &Ending, tx: &Tx) -> Result<(), ()> {
             };
             send(tx, bytes).await
         }
-        Ending::Drop => tx
-            .send(Err(std::io::Error::new(
+        Ending::Drop => {
+            // Let what was written reach the client first, as on a real connection that breaks.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send(Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
                 "stub dropped the connection",
             )))
             .await
-            .map_err(|_| ()),
+            .map_err(|_| ())
+        }
         Ending::Stall => {
             // Keep the connection open without writing until the client gives up.
             tx.closed().await;

@@ -1,0 +1,264 @@
+//! Backend failures over real HTTP to the stub: each ends in the right state with a clear reason,
+//! never a hang, and keeps what was written.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use jarvis::config::{BackendKind, Settings};
+use jarvis::{Event, ReplyState};
+use jarvis_stub::{Ending, Script, Stub};
+use support::*;
+
+const WIRES: [BackendKind; 2] = [BackendKind::Openai, BackendKind::Anthropic];
+
+async fn run_one(settings: Settings, stub: &Stub) -> (Vec<Event>, String, jarvis::store::Reply) {
+    let dir = Dir::new();
+    let service = service(&dir, settings);
+    let (_, reply, mut attachment) = ask_new(&service, "question").await;
+    let events = until_end(&mut attachment, reply).await;
+    let stored = service.store().reply(reply).unwrap().unwrap();
+    let _ = stub;
+    (events.clone(), text_of(&events), stored)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_429_is_retried_after_its_retry_after_then_answered() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::status(429, Some(1)));
+        stub.push(Script::text("Fine now."));
+        let started = Instant::now();
+        let (events, text, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (text.as_str(), stored.state),
+            ("Fine now.", ReplyState::Done),
+            "{kind}"
+        );
+        let retry = events
+            .iter()
+            .find_map(|e| match e {
+                Event::Retrying {
+                    attempt,
+                    wait_ms,
+                    reason,
+                    ..
+                } => Some((*attempt, *wait_ms, reason.clone())),
+                _ => None,
+            })
+            .expect("a retrying event");
+        assert_eq!(
+            (retry.0, retry.1),
+            (1, 1000),
+            "retry-after honoured: {retry:?}"
+        );
+        assert!(retry.2.contains("429"), "{}", retry.2);
+        assert!(started.elapsed() >= Duration::from_secs(1));
+        assert_eq!(stub.received().len(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overload_and_server_errors_are_retried_a_bounded_number_of_times() {
+    let stub = Stub::start().await.unwrap();
+    for _ in 0..4 {
+        stub.push(Script::status(529, None));
+    }
+    let (events, _, stored) = run_one(settings(BackendKind::Anthropic, &stub), &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    let reason = stored.reason.unwrap();
+    assert!(
+        reason.contains("529") && reason.contains("Overloaded"),
+        "{reason}"
+    );
+    let retries = events
+        .iter()
+        .filter(|e| matches!(e, Event::Retrying { .. }))
+        .count();
+    assert_eq!(retries, 3);
+    assert_eq!(stub.received().len(), 4, "one try and three retries");
+
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::status(503, None));
+    stub.push(Script::text("Recovered."));
+    let (_, text, stored) = run_one(settings(BackendKind::Openai, &stub), &stub).await;
+    assert_eq!(
+        (text.as_str(), stored.state),
+        ("Recovered.", ReplyState::Done)
+    );
+
+    // A client error is not retried.
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::status(401, None));
+    let (_, _, stored) = run_one(settings(BackendKind::Anthropic, &stub), &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    assert!(stored.reason.unwrap().contains("401"));
+    assert_eq!(stub.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overloaded_error_event_is_retried_before_the_first_token_and_fails_after_it() {
+    let overloaded = Ending::ErrorEvent {
+        error_type: "overloaded_error".into(),
+        message: "Overloaded".into(),
+    };
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("never shown").ending_after(0, overloaded.clone()));
+        stub.push(Script::text("Second try."));
+        let (_, text, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (text.as_str(), stored.state),
+            ("Second try.", ReplyState::Done),
+            "{kind}"
+        );
+
+        let stub = Stub::start().await.unwrap();
+        stub.push(
+            Script::text("Partly written answer")
+                .deltas_of(4)
+                .ending_after(3, overloaded.clone()),
+        );
+        let (_, text, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(stored.state, ReplyState::Failed, "{kind}");
+        assert_eq!(text, "Partly writt");
+        assert_eq!(stored.text, "Partly writt", "the text is kept");
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.contains("overloaded_error") && reason.contains("Overloaded"),
+            "{reason}"
+        );
+        assert_eq!(stub.received().len(), 1, "no retry after the first token");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_dropped_mid_stream_fails_the_reply_and_keeps_the_text() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(
+            Script::text("Some words then")
+                .deltas_of(5)
+                .ending_after(2, Ending::Drop),
+        );
+        let (_, text, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (stored.state, stored.text.as_str(), text.as_str()),
+            (ReplyState::Failed, "Some words", "Some words"),
+            "{kind}"
+        );
+        let reason = stored.reason.unwrap();
+        assert!(reason.starts_with("the stream broke"), "{kind}: {reason}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stall_past_the_idle_timeout_fails_promptly() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(
+            Script::text("Hello there")
+                .deltas_of(5)
+                .ending_after(1, Ending::Stall),
+        );
+        let started = Instant::now();
+        let (_, _, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (stored.state, stored.text.as_str()),
+            (ReplyState::Failed, "Hello"),
+            "{kind}"
+        );
+        assert_eq!(
+            stored.reason.as_deref(),
+            Some("the stream stalled: nothing arrived for 1 s")
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_first_token_in_time_is_a_named_failure() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("late").ending_after(0, Ending::Stall));
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.timeouts.first_token_secs = 0.5;
+    s.timeouts.idle_secs = 10.0;
+    let (_, _, stored) = run_one(s, &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    assert_eq!(
+        stored.reason.as_deref(),
+        Some("no answer began within 0.5 s")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_json_in_a_data_line_fails_with_a_clear_reason() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(
+            Script::text("Good start")
+                .deltas_of(5)
+                .ending_after(2, Ending::MalformedJson),
+        );
+        let (_, _, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (stored.state, stored.text.as_str()),
+            (ReplyState::Failed, "Good start"),
+            "{kind}"
+        );
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.starts_with("the server sent malformed data"),
+            "{kind}: {reason}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_server_fails_with_its_address() {
+    // Bind and drop a listener so the port is closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let stub = Stub::start().await.unwrap();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.openai.base_url = format!("http://127.0.0.1:{port}/v1");
+    let (_, _, stored) = run_one(s, &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    let reason = stored.reason.unwrap();
+    assert!(
+        reason.starts_with(&format!(
+            "cannot connect to http://127.0.0.1:{port}/v1/chat/completions"
+        )),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_ends_early_without_its_end_marker_is_a_failure() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        // Complete ending after two deltas: the body closes cleanly but without stop/[DONE].
+        stub.push(
+            Script::text("Cut short here")
+                .deltas_of(4)
+                .ending_after(2, Ending::Complete),
+        );
+        let (_, _, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(
+            (stored.state, stored.text.as_str()),
+            (ReplyState::Failed, "Cut shor"),
+            "{kind}"
+        );
+        assert_eq!(
+            stored.reason.as_deref(),
+            Some("the stream ended before the reply was complete")
+        );
+    }
+}

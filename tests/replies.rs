@@ -1,0 +1,355 @@
+//! Replies through the service: streaming, storing, detaching, busy chats, waiting, stopping.
+
+mod support;
+
+use std::time::Duration;
+
+use jarvis::config::BackendKind;
+use jarvis::service::WAITING_MESSAGE;
+use jarvis::store::Role;
+use jarvis::{AskError, Event, ReplyState};
+use jarvis_stub::{Script, Stub};
+use support::*;
+
+const ANSWER: &str = "The capital of France is Paris. It sits on the Seine.";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_streams_back_delta_by_delta_and_is_stored() {
+    for kind in [BackendKind::Openai, BackendKind::Anthropic] {
+        let stub = Stub::start().await.unwrap();
+        stub.push(
+            Script::text(ANSWER)
+                .deltas_of(5)
+                .paced(Duration::from_millis(2)),
+        );
+        let dir = Dir::new();
+        let service = service(&dir, settings(kind, &stub));
+        let (chat, reply, mut attachment) =
+            ask_new(&service, "What is the capital of France?").await;
+        let events = until_end(&mut attachment, reply).await;
+
+        let deltas: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Delta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            deltas.len(),
+            ANSWER.len().div_ceil(5),
+            "{kind}: one event per delta"
+        );
+        assert_eq!(deltas.concat(), ANSWER);
+        assert!(matches!(events[0], Event::ReplyStarted { .. }));
+        assert_eq!(ending(&events), (ReplyState::Done, None));
+
+        // The model was asked the question, with the rules as system.
+        let sent = &stub.received()[0];
+        let body = sent.body.to_string();
+        assert!(body.contains("What is the capital of France?"), "{body}");
+        assert!(body.contains("You are Jarvis"), "{body}");
+
+        // A new store on the same file (a restart) shows question and answer.
+        drop(service);
+        let store = dir.store();
+        let records = store.records(chat).unwrap();
+        let shown: Vec<_> = records.iter().map(|r| (r.role, r.text.as_str())).collect();
+        assert_eq!(
+            shown,
+            [
+                (Role::User, "What is the capital of France?"),
+                (Role::Assistant, ANSWER)
+            ]
+        );
+        let chat_row = store.chat(chat).unwrap();
+        assert_eq!(chat_row.title, "What is the capital of France?");
+        assert_eq!(chat_row.last_reply, Some(ReplyState::Done));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reply_goes_on_after_its_only_subscriber_detaches() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(3)
+            .paced(Duration::from_millis(15)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "question").await;
+    // Read a little, then the window closes.
+    let mut seen = 0;
+    while seen < 3 {
+        if let Some(Event::Delta { .. }) = attachment.next().await {
+            seen += 1;
+        }
+    }
+    drop(attachment);
+
+    // Meanwhile the reply is written to the end.
+    let store = service.store().clone();
+    tokio::time::timeout(LIMIT, async {
+        while store.reply(reply).unwrap().unwrap().state != ReplyState::Done {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the reply finished without a subscriber");
+
+    // A later attach gets it whole, first event to last.
+    let mut again = service.attach(chat).await.unwrap();
+    let events = until_end(&mut again, reply).await;
+    assert!(
+        matches!(events[0], Event::ReplyStarted { .. }),
+        "{events:?}"
+    );
+    assert_eq!(text_of(&events), ANSWER);
+    assert_eq!(ending(&events).0, ReplyState::Done);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_attach_replays_from_the_first_event_then_follows_live() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(3)
+            .paced(Duration::from_millis(15)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let chat = service.new_chat(None).await.unwrap().id;
+    let reply = service.ask(chat, "question").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let mut late = service.attach(chat).await.unwrap();
+    let events = until_end(&mut late, reply).await;
+    assert!(matches!(events[0], Event::ReplyStarted { .. }));
+    assert!(matches!(events[1], Event::Running { .. }));
+    assert_eq!(text_of(&events), ANSWER);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_question_in_a_replying_chat_is_refused_as_busy() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(4)
+            .paced(Duration::from_millis(10)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "first").await;
+    match service.ask(chat, "second").await {
+        Err(AskError::Busy(busy)) => assert_eq!(busy, chat),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    // The refusal cancelled nothing.
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(
+        (text_of(&events).as_str(), ending(&events).0),
+        (ANSWER, ReplyState::Done)
+    );
+    // The refused question was not stored; once the reply ended, the chat takes questions again.
+    let texts: Vec<_> = service
+        .records(chat)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(texts, ["first", ANSWER]);
+    let next = service
+        .ask(chat, "third")
+        .await
+        .expect("idle chat takes a question");
+    let events = until_end(&mut attachment, next).await;
+    assert_eq!(text_of(&events), "You said: third");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
+    let stub = Stub::start().await.unwrap();
+    stub.set_default(Script::Echo {
+        delta_chars: 2,
+        pace_ms: 10,
+    });
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.replies.max_concurrent = 1;
+    let service = service(&dir, s);
+    let (_, a, mut att_a) = ask_new(&service, "first question").await;
+    let (chat_b, b, mut att_b) = ask_new(&service, "second").await;
+    let (_, c, mut att_c) = ask_new(&service, "third").await;
+
+    // B says it waits, and its request has not been sent.
+    let mut b_events = Vec::new();
+    loop {
+        let event = att_b.next_of(b).await.unwrap();
+        b_events.push(event.clone());
+        if let Event::Waiting { message, .. } = event {
+            assert_eq!(message, WAITING_MESSAGE);
+            break;
+        }
+    }
+    let stored = service.store().last_reply(chat_b).unwrap().unwrap();
+    assert_eq!(stored.state, ReplyState::Waiting);
+    assert_eq!(
+        stub.received().len(),
+        1,
+        "only the first chat's request is out"
+    );
+
+    let a_events = until_end(&mut att_a, a).await;
+    assert_eq!(ending(&a_events).0, ReplyState::Done);
+    b_events.extend(until_end(&mut att_b, b).await);
+    let c_events = until_end(&mut att_c, c).await;
+    assert_eq!(text_of(&b_events), "You said: second");
+    assert_eq!(text_of(&c_events), "You said: third");
+    assert!(c_events.iter().any(|e| matches!(e, Event::Waiting { .. })));
+    // They ran in arrival order, one after the other.
+    let order: Vec<String> = stub
+        .received()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string())
+        .collect();
+    assert_eq!(order, ["\"first question\"", "\"second\"", "\"third\""]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_keeps_what_was_written_and_marks_it_stopped() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(2)
+            .paced(Duration::from_millis(30)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "question").await;
+    let mut written = String::new();
+    while written.len() < 8 {
+        if let Some(Event::Delta { text, .. }) = attachment.next().await {
+            written.push_str(&text);
+        }
+    }
+    assert!(
+        service.stop(chat).await.unwrap(),
+        "there was a reply to stop"
+    );
+    let rest = until_end(&mut attachment, reply).await;
+    let (state, reason) = ending(&rest);
+    assert_eq!(state, ReplyState::Stopped);
+    assert_eq!(reason.as_deref(), Some("stopped by the user"));
+    written.push_str(&text_of(&rest));
+    assert!(
+        written.len() < ANSWER.len(),
+        "it stopped early: {written:?}"
+    );
+    assert!(ANSWER.starts_with(&written));
+
+    let stored = service.store().reply(reply).unwrap().unwrap();
+    assert_eq!(
+        (stored.state, stored.text.as_str()),
+        (ReplyState::Stopped, written.as_str())
+    );
+    let records = service.records(chat).await.unwrap();
+    assert_eq!(
+        records.last().unwrap().text,
+        written,
+        "the partial answer is a record"
+    );
+    assert!(!service.stop(chat).await.unwrap(), "nothing left to stop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_but_stop_cancels_a_reply() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(4)
+            .paced(Duration::from_millis(15)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, attachment) = ask_new(&service, "question").await;
+    // Every window leaves, a second question is refused, and the last handle is dropped.
+    let second = service.attach(chat).await.unwrap();
+    drop(attachment);
+    drop(second);
+    assert!(matches!(
+        service.ask(chat, "again").await,
+        Err(AskError::Busy(_))
+    ));
+    let store = service.store().clone();
+    drop(service);
+
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let r = store.reply(reply).unwrap().unwrap();
+            if !r.state.is_live() {
+                assert_eq!((r.state, r.text.as_str()), (ReplyState::Done, ANSWER));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the reply ended");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_while_waiting_ends_the_reply_without_asking_the_model() {
+    let stub = Stub::start().await.unwrap();
+    stub.set_default(Script::Echo {
+        delta_chars: 1,
+        pace_ms: 20,
+    });
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.replies.max_concurrent = 1;
+    let service = service(&dir, s);
+    let (_, a, mut att_a) = ask_new(&service, "a long enough question").await;
+    let (chat_b, b, mut att_b) = ask_new(&service, "second").await;
+    assert!(service.stop(chat_b).await.unwrap());
+    let events = until_end(&mut att_b, b).await;
+    assert_eq!(ending(&events).0, ReplyState::Stopped);
+    until_end(&mut att_a, a).await;
+    assert_eq!(
+        stub.received().len(),
+        1,
+        "the stopped question never reached the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_reply_can_be_tried_again_and_its_partial_answer_is_not_resent() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("Half an ans")
+            .deltas_of(3)
+            .ending_after(2, jarvis_stub::Ending::Drop),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "question").await;
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Failed);
+    assert_eq!(text_of(&events), "Half a");
+
+    let again = service.retry(chat).await.expect("retry");
+    let events = until_end(&mut attachment, again).await;
+    assert_eq!(
+        (text_of(&events).as_str(), ending(&events).0),
+        ("You said: question", ReplyState::Done)
+    );
+    let last_request = &stub.received()[1].body;
+    let messages = last_request["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        2,
+        "system and the question only: {messages:?}"
+    );
+    // A done reply is not tried again.
+    assert!(service.retry(chat).await.is_err());
+}

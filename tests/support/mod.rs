@@ -1,0 +1,168 @@
+//! Shared helpers: a service wired to the stub LLM server over loopback, a real SQLite file in a
+//! temporary directory, and the `jarvis` binary with an isolated environment.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jarvis::config::{BackendKind, Config, Settings};
+use jarvis::llm::{self, Backend};
+use jarvis::store::Store;
+use jarvis::{Attachment, ChatId, Event, ReplyId, Service, ServiceOptions};
+use jarvis_stub::Stub;
+
+/// No test may wait longer than this for a reply to end.
+pub const LIMIT: Duration = Duration::from_secs(20);
+
+/// Settings for tests: the given backend at the stub, short timeouts and backoffs.
+pub fn settings(kind: BackendKind, stub: &Stub) -> Settings {
+    let mut s = Settings {
+        backend: kind,
+        ..Settings::default()
+    };
+    s.openai.base_url = stub.openai_url();
+    s.openai.requires_key = false;
+    s.openai.model = "stub-model".into();
+    s.local.base_url = stub.openai_url();
+    s.anthropic.base_url = stub.anthropic_url();
+    s.anthropic.model = "stub-model".into();
+    s.timeouts.connect_secs = 2.0;
+    s.timeouts.first_token_secs = 5.0;
+    s.timeouts.idle_secs = 1.0;
+    s.retry.initial_backoff_ms = 20;
+    s.retry.max_retries = 3;
+    s.replies.progress_ms = 50;
+    s
+}
+
+/// A temporary data directory with its database path.
+pub struct Dir {
+    pub dir: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Dir {
+        Dir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("jarvis.db")
+    }
+    pub fn store(&self) -> Store {
+        Store::open(&self.db(), Duration::from_secs(2)).expect("open store")
+    }
+    pub fn config(&self, settings: Settings) -> Config {
+        Config {
+            path: self.dir.path().join("settings.toml"),
+            file_found: false,
+            data_dir: self.dir.path().to_path_buf(),
+            settings,
+        }
+    }
+}
+
+/// An environment with only `JARVIS_KEYRING=off` plus `extra`.
+pub fn env_with(extra: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name: &str| {
+        if name == "JARVIS_KEYRING" {
+            return Some("off".into());
+        }
+        extra
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// The service over a fresh store in `dir`, answering through the stub.
+pub fn service(dir: &Dir, settings: Settings) -> Service {
+    let config = dir.config(settings);
+    let backend: Arc<dyn Backend> =
+        llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")]))
+            .expect("backend");
+    Service::start(
+        dir.store(),
+        backend,
+        ServiceOptions::from_settings(&config.settings),
+    )
+}
+
+/// Reads `reply`'s events until it ends; panics if that takes longer than [`LIMIT`].
+pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event> {
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(event) = attachment.next_of(reply).await {
+            let end = matches!(event, Event::ReplyEnded { .. });
+            events.push(event);
+            if end {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .unwrap_or_else(|_| panic!("reply {reply} did not end within {LIMIT:?}"));
+    events
+}
+
+/// The text of a reply's deltas.
+pub fn text_of(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Delta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The state and reason a reply ended with.
+pub fn ending(events: &[Event]) -> (jarvis::ReplyState, Option<String>) {
+    match events.last() {
+        Some(Event::ReplyEnded { state, reason, .. }) => (*state, reason.clone()),
+        other => panic!("the reply did not end: last event {other:?}"),
+    }
+}
+
+/// Asks in a new chat and returns the chat, the reply and an attachment.
+pub async fn ask_new(service: &Service, text: &str) -> (ChatId, ReplyId, Attachment) {
+    let chat = service.new_chat(None).await.expect("new chat").id;
+    let reply = service.ask(chat, text).await.expect("ask");
+    let attachment = service.attach(chat).await.expect("attach");
+    (chat, reply, attachment)
+}
+
+/// The `jarvis` binary with an environment that touches nothing of the user's.
+pub fn jarvis(dir: &Dir) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_jarvis"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("JARVIS_DATA_DIR", dir.path())
+        .env("JARVIS_CONFIG", dir.path().join("settings.toml"))
+        .env("JARVIS_KEYRING", "off")
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Runs a command to its end within [`LIMIT`], returning status, stdout and stderr.
+pub async fn output(cmd: &mut tokio::process::Command) -> (i32, String, String) {
+    let out = tokio::time::timeout(LIMIT, cmd.output())
+        .await
+        .expect("the command did not end in time")
+        .expect("the command ran");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
