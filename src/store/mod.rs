@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use rusqlite_migration::{Migrations, M};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -347,6 +347,9 @@ impl Store {
     fn prepare(&self) -> Result<(), StoreError> {
         let mut conn = self.lock();
         conn.busy_timeout(self.busy).map_err(|e| self.err(e))?;
+        // A deferred transaction that reads and then writes gets SQLITE_BUSY at once, without
+        // waiting, when another process writes; taking the write lock up front makes it wait.
+        conn.set_transaction_behavior(TransactionBehavior::Immediate);
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| self.err(e))?;
         // journal_mode returns a row, so it is queried rather than updated.
@@ -651,37 +654,17 @@ impl Store {
     /// interrupted, keeping their text. Returns how many.
     pub fn mark_interrupted(&self) -> Result<usize, StoreError> {
         let mut conn = self.lock();
+        // Look first without the write lock, so opening the store never waits on another writer
+        // unless there is something to mark.
+        if orphans(&conn).map_err(|e| self.err(e))?.is_empty() {
+            return Ok(0);
+        }
         let tx = conn.transaction().map_err(|e| self.err(e))?;
-        let orphans: Vec<(i64, String)> = {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT id, text, owner_pid, lease_until FROM replies
-                     WHERE state IN ('waiting', 'running') AND owner IS NOT ?1",
-                )
-                .map_err(|e| self.err(e))?;
-            let now = now_ms();
-            let rows = stmt
-                .query_map([owner()], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<i64>>(2)?,
-                        r.get::<_, Option<i64>>(3)?,
-                    ))
-                })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| self.err(e))?;
-            rows.into_iter()
-                .filter(|(_, _, pid, lease)| {
-                    lease.unwrap_or(0) < now || !pid.is_some_and(process_alive)
-                })
-                .map(|(id, text, _, _)| (id, text))
-                .collect()
-        };
+        let orphans = orphans(&tx).map_err(|e| self.err(e))?;
         for (id, text) in &orphans {
             finish_in(
                 &tx,
-                ReplyId(*id),
+                *id,
                 ReplyState::Interrupted,
                 text,
                 Some("Jarvis closed before the reply was finished"),
@@ -689,11 +672,33 @@ impl Store {
             .map_err(|e| self.err(e))?;
         }
         tx.commit().map_err(|e| self.err(e))?;
-        if !orphans.is_empty() {
-            tracing::info!(count = orphans.len(), "marked replies interrupted");
-        }
+        tracing::info!(count = orphans.len(), "marked replies interrupted");
         Ok(orphans.len())
     }
+}
+
+/// Live replies of other processes that are gone or whose lease ran out, with their text.
+fn orphans(conn: &Connection) -> rusqlite::Result<Vec<(ReplyId, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, text, owner_pid, lease_until FROM replies
+         WHERE state IN ('waiting', 'running') AND owner IS NOT ?1",
+    )?;
+    let now = now_ms();
+    let rows = stmt
+        .query_map([owner()], |r| {
+            Ok((
+                ReplyId(r.get(0)?),
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, _, pid, lease)| lease.unwrap_or(0) < now || !pid.is_some_and(process_alive))
+        .map(|(id, text, _, _)| (id, text))
+        .collect())
 }
 
 fn chat_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {

@@ -1,0 +1,235 @@
+//! The `jarvis` binary as a user runs it: separate processes sharing one database, a crash, keys.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use jarvis::ReplyState;
+use jarvis_stub::{Script, Stub};
+use support::*;
+use tokio::io::AsyncReadExt;
+
+fn at_stub(cmd: &mut tokio::process::Command, stub: &Stub) {
+    cmd.env("JARVIS_BACKEND", "openai")
+        .env("OPENAI_BASE_URL", stub.openai_url())
+        .env("OPENAI_API_KEY", "sk-test-key");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_streams_the_reply_and_another_process_shows_it() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    let (code, stdout, stderr) = output(ask.args(["ask", "--new", "hello"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.starts_with("chat 1\n"), "{stderr}");
+    assert_eq!(stdout, "You said: hello\n");
+
+    let (code, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        shown,
+        "# hello (chat 1)\nuser: hello\nassistant: You said: hello\n"
+    );
+    let (_, chats, _) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(chats, "1\tdone\thello\n");
+
+    // `-` reads the question from stdin; --chat continues the chat.
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    ask.args(["ask", "--chat", "1", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = ask.spawn().unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"from stdin").await.unwrap();
+    }
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "You said: from stdin\n"
+    );
+    let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert!(
+        shown.ends_with("user: from stdin\nassistant: You said: from stdin\n"),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_replying_in_another_process_refuses_a_second_question() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("A slow and steady answer.")
+            .deltas_of(1)
+            .paced(Duration::from_millis(40)),
+    );
+    let dir = Dir::new();
+    let mut first = jarvis(&dir);
+    at_stub(&mut first, &stub);
+    let mut child = first
+        .args(["ask", "--new", "slow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut byte = [0u8; 1];
+    stdout.read_exact(&mut byte).await.unwrap(); // it is replying now
+
+    let mut second = jarvis(&dir);
+    at_stub(&mut second, &stub);
+    let (code, _, stderr) = output(second.args(["ask", "--chat", "1", "me too"])).await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("chat 1 is still replying"), "{stderr}");
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
+    let stub = Stub::start().await.unwrap();
+    let answer = "First sentence here. Second one follows. Third never ends because";
+    stub.push(
+        Script::text(answer)
+            .deltas_of(3)
+            .paced(Duration::from_millis(25)),
+    );
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    let mut child = ask
+        .args(["ask", "--new", "tell me"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains("Second") {
+        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the reply ended too early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Give the first sentence's progress write time to land, then SIGKILL.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    let store = dir.store(); // the next start
+    let reply = store.last_reply(jarvis::ChatId(1)).unwrap().unwrap();
+    assert_eq!(reply.state, ReplyState::Interrupted);
+    assert!(
+        reply.text.starts_with("First sentence here."),
+        "{:?}",
+        reply.text
+    );
+    assert!(answer.starts_with(&reply.text) && reply.text.len() < answer.len());
+    let records = store.records(jarvis::ChatId(1)).unwrap();
+    assert_eq!(records[0].text, "tell me", "the question is kept");
+    assert_eq!(
+        records[1].text, reply.text,
+        "the partial answer is a record"
+    );
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+
+    let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert!(
+        shown.contains("assistant (interrupted): First sentence here."),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_key_refuses_at_start_naming_the_variable() {
+    let dir = Dir::new();
+    for (backend, var) in [
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("openai", "OPENAI_API_KEY"),
+    ] {
+        let (code, stdout, stderr) = output(
+            jarvis(&dir)
+                .env("JARVIS_BACKEND", backend)
+                .args(["ask", "--new", "hi"]),
+        )
+        .await;
+        assert_eq!(code, 1);
+        assert!(stdout.is_empty());
+        assert!(stderr.contains(&format!("{var} is not set")), "{stderr}");
+        let (code, doctor, _) =
+            output(jarvis(&dir).env("JARVIS_BACKEND", backend).arg("doctor")).await;
+        assert_ne!(code, 0);
+        assert!(doctor.contains(&format!("key: {var} missing")), "{doctor}");
+    }
+    // Nothing was stored for the refused questions.
+    let (_, chats, _) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(chats, "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trace_log_of_a_whole_session_never_contains_the_key() {
+    const KEY: &str = "sk-ant-api03-SECRET-do-not-log-0123456789";
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let with_key = |cmd: &mut tokio::process::Command| {
+        cmd.env("JARVIS_LOG", "trace")
+            .env("JARVIS_BACKEND", "anthropic")
+            .env("ANTHROPIC_BASE_URL", stub.anthropic_url())
+            .env("ANTHROPIC_API_KEY", KEY);
+    };
+    let mut log = String::new();
+    for args in [
+        vec!["ask", "--new", "hello"],
+        vec!["doctor"],
+        vec!["chats"],
+        vec!["show", "1"],
+    ] {
+        let mut cmd = jarvis(&dir);
+        with_key(&mut cmd);
+        let (_, stdout, stderr) = output(cmd.args(&args)).await;
+        log.push_str(&stdout);
+        log.push_str(&stderr);
+    }
+    assert!(log.contains("TRACE"), "trace logging was on");
+    assert!(log.contains("You said: hello"));
+    assert!(!log.contains(KEY), "the key leaked into the log");
+    assert!(
+        !log.contains("SECRET"),
+        "part of the key leaked into the log"
+    );
+    // It was sent, in its header only.
+    let sent = &stub.received()[0];
+    assert_eq!(sent.headers["x-api-key"], KEY);
+    assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
+    assert!(!sent.body.to_string().contains(KEY));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_settings_file_is_a_clear_error_naming_file_line_and_key() {
+    let dir = Dir::new();
+    let path = dir.path().join("settings.toml");
+    std::fs::write(
+        &path,
+        "backend = \"openai\"\n\n[retry]\nmax_retries = \"many\"\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+    assert!(stderr.contains("line 4"), "{stderr}");
+    assert!(stderr.contains("max_retries"), "{stderr}");
+}

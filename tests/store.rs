@@ -1,0 +1,158 @@
+//! The SQLite store on real files: schema versions, locks, restarts.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use jarvis::store::{ReplyState, Role, Store, StoreError};
+use support::Dir;
+
+#[test]
+fn a_database_from_a_newer_jarvis_is_refused_and_left_alone() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("kept").unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+
+    let err = Store::open(&dir.db(), Duration::from_secs(1))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, StoreError::TooNew { found: 99, .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("newer than this Jarvis understands"), "{msg}");
+    assert!(msg.contains(&dir.db().display().to_string()), "{msg}");
+
+    // Nothing was changed: the chat is still there for the newer Jarvis.
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let title: String = conn
+        .query_row("SELECT title FROM chats WHERE id = ?1", [chat.id.0], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(title, "kept");
+}
+
+#[test]
+fn a_locked_database_is_waited_for_then_fails_clearly() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("c").unwrap();
+
+    // Another connection takes the write lock and keeps it.
+    let holder = rusqlite::Connection::open(dir.db()).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Opening only reads, so it does not wait; a write must wait, then fail.
+    let short = Store::open(&dir.db(), Duration::from_millis(300)).expect("opens while locked");
+    let started = Instant::now();
+    let err = short
+        .append_record(chat.id, Role::User, "blocked", None)
+        .unwrap_err();
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "it waited: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("is locked by another process (waited 300 ms)"),
+        "{err}"
+    );
+
+    // A lock released within the busy timeout is simply waited for.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        holder.execute_batch("COMMIT").unwrap();
+    });
+    let patient = Store::open(&dir.db(), Duration::from_secs(5)).unwrap();
+    patient
+        .append_record(chat.id, Role::User, "waited", None)
+        .unwrap();
+    releaser.join().unwrap();
+    assert_eq!(store.records(chat.id).unwrap().len(), 1);
+}
+
+#[test]
+fn history_replays_after_a_restart_with_nothing_but_the_file() {
+    let dir = Dir::new();
+    let (chat, reply) = {
+        let store = dir.store();
+        let chat = store.create_chat("c").unwrap();
+        let q = store
+            .append_record(chat.id, Role::User, "one", None)
+            .unwrap();
+        let r = store
+            .start_reply(chat.id, q.id, ReplyState::Running)
+            .unwrap();
+        store.save_progress(r.id, "partial").unwrap();
+        store
+            .finish_reply(r.id, ReplyState::Done, "answer one", None)
+            .unwrap();
+        store
+            .append_record(chat.id, Role::User, "two", None)
+            .unwrap();
+        (chat.id, r.id)
+    };
+    let store = dir.store();
+    let texts: Vec<_> = store
+        .records(chat)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.seq, r.text))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (1, "one".into()),
+            (2, "answer one".into()),
+            (3, "two".into())
+        ]
+    );
+    assert_eq!(store.reply(reply).unwrap().unwrap().state, ReplyState::Done);
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+    let listed = store.chats().unwrap();
+    assert_eq!(listed[0].id, chat);
+}
+
+#[test]
+fn a_reply_left_running_by_a_dead_process_is_interrupted_at_the_next_start() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("c").unwrap();
+    let q = store.append_record(chat.id, Role::User, "q", None).unwrap();
+    let r = store
+        .start_reply(chat.id, q.id, ReplyState::Running)
+        .unwrap();
+    store.save_progress(r.id, "so far").unwrap();
+    // Pretend another process owned it, one that no longer exists.
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    conn.execute(
+        "UPDATE replies SET owner = 'gone', owner_pid = 2147483646",
+        [],
+    )
+    .unwrap();
+    assert_eq!(store.mark_interrupted().unwrap(), 1);
+    let reply = store.reply(r.id).unwrap().unwrap();
+    assert_eq!(
+        (reply.state, reply.text.as_str()),
+        (ReplyState::Interrupted, "so far")
+    );
+
+    // One owned by a live process with a valid lease is left alone.
+    let r2 = store
+        .start_reply(chat.id, q.id, ReplyState::Running)
+        .unwrap();
+    conn.execute(
+        "UPDATE replies SET owner = 'other', owner_pid = ?1 WHERE id = ?2",
+        rusqlite::params![std::process::id(), r2.id.0],
+    )
+    .unwrap();
+    assert_eq!(store.mark_interrupted().unwrap(), 0);
+    assert!(store.live_elsewhere(chat.id).unwrap());
+}
