@@ -68,7 +68,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: the CLI only relays I/O (store calls go to the blocking pool), and a single
+    // thread avoids cross-thread hand-offs per delta (see BENCHMARKS.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("jarvis: cannot start the async runtime: {err}");

@@ -192,6 +192,11 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
             break;
         }
     }
+    // Once the first chat's answer flows, B is still waiting and its request is not out.
+    let mut a_events = Vec::new();
+    while !matches!(a_events.last(), Some(Event::Delta { .. })) {
+        a_events.push(att_a.next_of(a).await.unwrap());
+    }
     let stored = service.store().last_reply(chat_b).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Waiting);
     assert_eq!(
@@ -200,7 +205,7 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
         "only the first chat's request is out"
     );
 
-    let a_events = until_end(&mut att_a, a).await;
+    a_events.extend(until_end(&mut att_a, a).await);
     assert_eq!(ending(&a_events).0, ReplyState::Done);
     b_events.extend(until_end(&mut att_b, b).await);
     let c_events = until_end(&mut att_c, c).await;

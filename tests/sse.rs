@@ -216,7 +216,7 @@ fn a_body_that_ends_without_its_end_marker_is_truncated() {
     let wire = openai_wire(&["half".into()], &[]);
     let cut = wire.find("data: [DONE]").unwrap();
     let events = decode(
-        vec![wire[..cut].as_bytes().to_vec()],
+        vec![wire.as_bytes()[..cut].to_vec()],
         ChunkDecoder::default(),
     );
     assert_eq!(events.last(), Some(&Err(LlmError::Truncated)));

@@ -1,10 +1,12 @@
 //! Anthropic's Messages API, streamed.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::sse::{self, Decoder};
@@ -148,10 +150,67 @@ impl MessagesDecoder {
     }
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+/// One Messages API event; borrowed where it can be, so a delta costs one allocation.
+#[derive(Deserialize)]
+struct StreamEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: usize,
+    #[serde(default, borrow)]
+    delta: Option<EventDelta<'a>>,
+    #[serde(default, borrow)]
+    content_block: Option<ContentBlock<'a>>,
+    #[serde(default)]
+    message: Option<MessageStart>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default, borrow)]
+    error: Option<ErrorBody<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EventDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ContentBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct MessageStart {
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: Cow<'a, str>,
 }
 
 impl Decoder for MessagesDecoder {
@@ -159,44 +218,50 @@ impl Decoder for MessagesDecoder {
         if event.data.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let data = sse::json(&event.data)?;
-        let block = data.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-        Ok(match str_at(&data, "/type") {
+        let data: StreamEvent<'_> = sse::parse(&event.data)?;
+        let block = data.index;
+        Ok(match data.kind.as_ref() {
             "message_start" => vec![LlmEvent::Usage {
                 input_tokens: data
-                    .pointer("/message/usage/input_tokens")
-                    .and_then(Value::as_u64),
+                    .message
+                    .and_then(|m| m.usage)
+                    .and_then(|u| u.input_tokens),
                 output_tokens: None,
             }],
-            "content_block_start" => match str_at(&data, "/content_block/type") {
-                "tool_use" => {
+            "content_block_start" => match data.content_block {
+                Some(b) if b.kind == "tool_use" => {
                     self.tool_blocks.insert(block);
                     let index = self.tool_index(block);
                     self.tool_indexes.push(block);
                     vec![LlmEvent::ToolCallStart {
                         index,
-                        id: str_at(&data, "/content_block/id").to_string(),
-                        name: str_at(&data, "/content_block/name").to_string(),
+                        id: b.id.unwrap_or_default().into_owned(),
+                        name: b.name.unwrap_or_default().into_owned(),
                     }]
                 }
                 _ => Vec::new(),
             },
-            "content_block_delta" => match str_at(&data, "/delta/type") {
-                "text_delta" => {
-                    let text = str_at(&data, "/delta/text");
-                    if text.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![LlmEvent::TextDelta {
-                            text: text.to_string(),
-                        }]
-                    }
-                }
-                "input_json_delta" => vec![LlmEvent::ToolCallArgs {
-                    index: self.tool_index(block),
-                    fragment: str_at(&data, "/delta/partial_json").to_string(),
-                }],
-                // Thinking and signature deltas are not shown.
+            "content_block_delta" => match data.delta {
+                Some(EventDelta {
+                    kind: Some(kind),
+                    text,
+                    partial_json,
+                    ..
+                }) => match kind.as_ref() {
+                    "text_delta" => text
+                        .filter(|t| !t.is_empty())
+                        .map(|t| LlmEvent::TextDelta {
+                            text: t.into_owned(),
+                        })
+                        .into_iter()
+                        .collect(),
+                    "input_json_delta" => vec![LlmEvent::ToolCallArgs {
+                        index: self.tool_index(block),
+                        fragment: partial_json.unwrap_or_default().into_owned(),
+                    }],
+                    // Thinking and signature deltas are not shown.
+                    _ => Vec::new(),
+                },
                 _ => Vec::new(),
             },
             "content_block_stop" if self.tool_blocks.contains(&block) => {
@@ -206,12 +271,12 @@ impl Decoder for MessagesDecoder {
             }
             "message_delta" => {
                 let mut out = Vec::new();
-                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                if let Some(reason) = data.delta.and_then(|d| d.stop_reason) {
                     out.push(LlmEvent::Stop {
-                        reason: StopReason::parse(reason),
+                        reason: StopReason::parse(&reason),
                     });
                 }
-                if let Some(tokens) = data.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                if let Some(tokens) = data.usage.and_then(|u| u.output_tokens) {
                     out.push(LlmEvent::Usage {
                         input_tokens: None,
                         output_tokens: Some(tokens),
@@ -224,10 +289,14 @@ impl Decoder for MessagesDecoder {
                 Vec::new()
             }
             "error" => {
+                let error = data.error.unwrap_or(ErrorBody {
+                    kind: "error".into(),
+                    message: "".into(),
+                });
                 return Err(LlmError::Api {
-                    kind: str_at(&data, "/error/type").to_string(),
-                    message: str_at(&data, "/error/message").to_string(),
-                })
+                    kind: error.kind.into_owned(),
+                    message: error.message.into_owned(),
+                });
             }
             // ping, content_block_stop of text, and event types added later.
             _ => Vec::new(),

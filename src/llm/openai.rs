@@ -1,10 +1,12 @@
 //! OpenAI-compatible chat completions, streamed (OpenAI, Ollama, llama.cpp server, LM Studio, vLLM).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::sse::{self, Decoder};
@@ -150,6 +152,57 @@ impl ChunkDecoder {
     }
 }
 
+/// One chat-completion chunk; borrowed where it can be, so a delta costs one allocation.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta<'a> {
+    #[serde(default)]
+    index: usize,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
 impl Decoder for ChunkDecoder {
     fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError> {
         let data = event.data.trim();
@@ -162,8 +215,8 @@ impl Decoder for ChunkDecoder {
             self.done = true;
             return Ok(out);
         }
-        let chunk = sse::json(data)?;
-        if let Some(error) = chunk.get("error") {
+        let chunk: Chunk<'_> = sse::parse(data)?;
+        if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
             let kind = error
                 .get("type")
                 .or_else(|| error.get("code"))
@@ -180,59 +233,45 @@ impl Decoder for ChunkDecoder {
                 .unwrap_or_else(|| error.to_string());
             return Err(LlmError::Api { kind, message });
         }
-        if let Some(choice) = chunk.pointer("/choices/0") {
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
-            if let Some(text) = delta.get("content").and_then(Value::as_str) {
-                if !text.is_empty() {
+        if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
+            if let Some(delta) = choice.delta {
+                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                     out.push(LlmEvent::TextDelta {
-                        text: text.to_string(),
+                        text: text.into_owned(),
                     });
                 }
-            }
-            for call in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-                if !self.open_calls.contains(&index) {
-                    self.open_calls.insert(index);
-                    out.push(LlmEvent::ToolCallStart {
-                        index,
-                        id: call
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                        name: call
-                            .pointer("/function/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                    });
-                }
-                if let Some(fragment) = call.pointer("/function/arguments").and_then(Value::as_str)
-                {
-                    if !fragment.is_empty() {
+                for call in delta.tool_calls.into_iter().flatten() {
+                    let index = call.index;
+                    let (name, arguments) = match call.function {
+                        Some(f) => (f.name, f.arguments),
+                        None => (None, None),
+                    };
+                    if self.open_calls.insert(index) {
+                        out.push(LlmEvent::ToolCallStart {
+                            index,
+                            id: call.id.unwrap_or_default().into_owned(),
+                            name: name.unwrap_or_default().into_owned(),
+                        });
+                    }
+                    if let Some(fragment) = arguments.filter(|a| !a.is_empty()) {
                         out.push(LlmEvent::ToolCallArgs {
                             index,
-                            fragment: fragment.to_string(),
+                            fragment: fragment.into_owned(),
                         });
                     }
                 }
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            if let Some(reason) = choice.finish_reason {
                 self.close_calls(&mut out);
                 out.push(LlmEvent::Stop {
-                    reason: StopReason::parse(reason),
+                    reason: StopReason::parse(&reason),
                 });
             }
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        if let Some(usage) = chunk.usage {
             out.push(LlmEvent::Usage {
-                input_tokens: usage.get("prompt_tokens").and_then(Value::as_u64),
-                output_tokens: usage.get("completion_tokens").and_then(Value::as_u64),
+                input_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
             });
         }
         Ok(out)

@@ -64,8 +64,8 @@ where
     }
 }
 
-/// Parses a data line's JSON, naming the failure.
-pub fn json(data: &str) -> Result<Value, LlmError> {
+/// Parses a data line's JSON into `T`, naming the failure.
+pub fn parse<'a, T: serde::Deserialize<'a>>(data: &'a str) -> Result<T, LlmError> {
     serde_json::from_str(data).map_err(|e| {
         let shown: String = data.chars().take(80).collect();
         LlmError::Malformed(format!("{e} in data line `{shown}`"))
@@ -144,15 +144,25 @@ pub fn body_with_idle_timeout(
     async_stream::stream! {
         let body = response.bytes_stream();
         futures::pin_mut!(body);
+        // One timer, pushed back as bytes arrive, rather than a new one per chunk.
+        let quiet = tokio::time::sleep(idle);
+        futures::pin_mut!(quiet);
         loop {
-            match tokio::time::timeout(idle, body.next()).await {
-                Err(_) => {
+            let next = tokio::select! {
+                biased;
+                next = body.next() => next,
+                _ = &mut quiet => {
                     yield Err(LlmError::IdleTimeout { secs: idle.as_secs_f64() });
                     return;
                 }
-                Ok(None) => return,
-                Ok(Some(Ok(bytes))) => yield Ok(bytes),
-                Ok(Some(Err(err))) => {
+            };
+            match next {
+                None => return,
+                Some(Ok(bytes)) => {
+                    quiet.as_mut().reset(tokio::time::Instant::now() + idle);
+                    yield Ok(bytes);
+                }
+                Some(Err(err)) => {
                     yield Err(LlmError::Broken(root_cause(&err)));
                     return;
                 }

@@ -129,8 +129,13 @@ impl ReplyLog {
         self.tx.send_modify(|s| s.events.push(event));
     }
 
-    pub(crate) fn close(&self) {
-        self.tx.send_modify(|s| s.closed = true);
+    /// Pushes the last event and closes the log at once, so whoever sees the end also sees the
+    /// chat free for its next question.
+    pub(crate) fn finish(&self, last: Event) {
+        self.tx.send_modify(|s| {
+            s.events.push(last);
+            s.closed = true;
+        });
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -79,12 +79,11 @@ impl ReplyJob {
             tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
         }
         tracing::debug!(reply = %self.reply, state = %outcome.state, "reply ended");
-        self.log.push(Event::ReplyEnded {
+        self.log.finish(Event::ReplyEnded {
             reply: self.reply,
             state: outcome.state,
             reason: outcome.reason,
         });
-        self.log.close();
         // The service may be gone already (the process is ending); nothing is owed to it then.
         let _ = self
             .done

@@ -18,6 +18,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use axum::Router;
 use bytes::Bytes;
 use futures::Stream;
@@ -109,8 +110,8 @@ pub enum Script {
         #[serde(default)]
         retry_after: Option<u64>,
     },
-    /// Stream deltas whose text is their own index, as fast as possible, noting
-    /// when each was handed to the connection (for the relay benchmark).
+    /// Stream deltas whose text is their own index back to back, each flushed as its own
+    /// write, noting when each was handed to the connection (for the relay benchmark).
     Numbered {
         /// How many deltas.
         count: usize,
@@ -238,6 +239,12 @@ impl Stub {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .with_state(shared.clone());
+        // Like a real streaming server, write each frame at once rather than waiting on Nagle.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::warn!(%err, "cannot set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 tracing::error!(%err, "stub server stopped");
@@ -446,23 +453,38 @@ fn frames(
     script: Script,
     shared: Arc<Shared>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(64);
     tokio::spawn(async move {
         // A send error means the client went away; there is nothing left to do.
-        let _ = write_script(wire, script, &shared, &tx).await;
+        let _ = write_script(wire, script, &tx).await;
     });
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+    futures::stream::unfold((rx, shared), |(mut rx, shared)| async move {
+        let frame = rx.recv().await?;
+        // A numbered delta is timed when the connection takes it, not when it is queued.
+        if frame.timed {
+            lock(&shared.write_times).push(Instant::now());
+        }
+        Some((frame.bytes, (rx, shared)))
     })
 }
 
-type Tx = tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>;
-
-async fn send(tx: &Tx, bytes: Bytes) -> Result<(), ()> {
-    tx.send(Ok(bytes)).await.map_err(|_| ())
+/// Bytes for the connection; `timed` marks a numbered delta.
+struct Frame {
+    bytes: Result<Bytes, std::io::Error>,
+    timed: bool,
 }
 
-async fn write_script(wire: Wire, script: Script, shared: &Shared, tx: &Tx) -> Result<(), ()> {
+type Tx = tokio::sync::mpsc::Sender<Frame>;
+
+async fn send(tx: &Tx, bytes: Bytes) -> Result<(), ()> {
+    let frame = Frame {
+        bytes: Ok(bytes),
+        timed: false,
+    };
+    tx.send(frame).await.map_err(|_| ())
+}
+
+async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
     let (text_pieces, pace, tool_calls, end_after, ending, delta_chars, numbered) = match script {
         Script::Stream {
             text,
@@ -529,11 +551,15 @@ async fn write_script(wire: Wire, script: Script, shared: &Shared, tx: &Tx) -> R
         if !pace.is_zero() {
             tokio::time::sleep(pace).await;
         }
-        let bytes = text_delta(wire, piece);
+        let frame = Frame {
+            bytes: Ok(text_delta(wire, piece)),
+            timed: numbered,
+        };
+        tx.send(frame).await.map_err(|_| ())?;
         if numbered {
-            lock(&shared.write_times).push(Instant::now());
+            // Let the connection flush it as its own write, as a server does with each token.
+            tokio::task::yield_now().await;
         }
-        send(tx, bytes).await?;
         written += 1;
     }
     if end_after.is_some() || !matches!(ending, Ending::Complete) {
@@ -652,10 +678,13 @@ async fn finish_early(wire: Wire, ending: &Ending, tx: &Tx) -> Result<(), ()> {
         Ending::Drop => {
             // Let what was written reach the client first, as on a real connection that breaks.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            tx.send(Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "stub dropped the connection",
-            )))
+            tx.send(Frame {
+                bytes: Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "stub dropped the connection",
+                )),
+                timed: false,
+            })
             .await
             .map_err(|_| ())
         }
