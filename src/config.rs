@@ -426,6 +426,51 @@ pub fn find_key(
     }
 }
 
+/// The keys Jarvis knows, by variable name.
+pub const KEY_VARS: [&str; 2] = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
+
+/// Why a key could not be stored or removed.
+#[derive(Debug, Error)]
+pub enum KeyringError {
+    /// Not one of [`KEY_VARS`].
+    #[error("{0} is not a key Jarvis uses; use one of ANTHROPIC_API_KEY, OPENAI_API_KEY")]
+    UnknownKey(String),
+    /// An empty key.
+    #[error("the key is empty")]
+    Empty,
+    /// The OS keyring refused or is not running.
+    #[error("the OS keyring is not available: {0}")]
+    Unavailable(String),
+}
+
+fn entry(var: &str) -> Result<keyring::Entry, KeyringError> {
+    if !KEY_VARS.contains(&var) {
+        return Err(KeyringError::UnknownKey(var.to_string()));
+    }
+    keyring::Entry::new(KEYRING_SERVICE, var).map_err(|e| KeyringError::Unavailable(e.to_string()))
+}
+
+/// Stores a key in the OS keyring under service `jarvis`, user `var`.
+pub fn store_key(var: &str, key: &SecretString) -> Result<(), KeyringError> {
+    use secrecy::ExposeSecret;
+    let key = key.expose_secret().trim();
+    if key.is_empty() {
+        return Err(KeyringError::Empty);
+    }
+    entry(var)?
+        .set_password(key)
+        .map_err(|e| KeyringError::Unavailable(e.to_string()))
+}
+
+/// Removes a key from the OS keyring; `false` when there was none.
+pub fn delete_key(var: &str) -> Result<bool, KeyringError> {
+    match entry(var)?.delete_credential() {
+        Ok(()) => Ok(true),
+        Err(keyring::Error::NoEntry) => Ok(false),
+        Err(e) => Err(KeyringError::Unavailable(e.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,6 +63,25 @@ enum Command {
     },
     /// Check the settings, the data directory, the backend and its key.
     Doctor,
+    /// Store or remove an API key in the OS keyring.
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyAction {
+    /// Store a key, read from the terminal without echo (or from stdin when piped).
+    Set {
+        /// ANTHROPIC_API_KEY or OPENAI_API_KEY.
+        var: String,
+    },
+    /// Remove a stored key.
+    Delete {
+        /// ANTHROPIC_API_KEY or OPENAI_API_KEY.
+        var: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -165,7 +184,32 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor(&config).await,
+        Command::Key { action } => key(action),
     }
+}
+
+fn key(action: KeyAction) -> Result<ExitCode> {
+    match action {
+        KeyAction::Set { var } => {
+            let key = if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                rpassword::prompt_password(format!("{var}: "))?
+            } else {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                line
+            };
+            config::store_key(&var, &secrecy::SecretString::from(key))?;
+            println!("{var} stored in the OS keyring");
+        }
+        KeyAction::Delete { var } => {
+            if config::delete_key(&var)? {
+                println!("{var} removed from the OS keyring");
+            } else {
+                println!("{var} was not in the OS keyring");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// How a question ended, for the exit status.
