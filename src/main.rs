@@ -298,21 +298,26 @@ async fn stream_reply(
 }
 
 async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode> {
+    // A new chat is made by its first question, so leaving at once leaves no empty chat behind.
     let mut chat = match chat {
-        Some(id) => {
-            service.store().chat(id)?;
-            id
-        }
-        None => service.new_chat(None).await?.id,
+        Some(id) => Some(service.store().chat(id)?.id),
+        None => None,
     };
-    println!("Jarvis — chat {chat}. Type a question; /new, /chats, /open ID, /retry, /quit. Ctrl-C stops a reply.");
+    match chat {
+        Some(id) => println!("Jarvis — chat {id}."),
+        None => println!("Jarvis — a new chat."),
+    }
+    println!("Type a question; /new, /chats, /open ID, /retry, /quit. Ctrl-C stops a reply.");
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         print!("> ");
         std::io::stdout().flush()?;
         let line = tokio::select! {
             line = lines.next_line() => line?,
-            _ = tokio::signal::ctrl_c() => None,
+            _ = tokio::signal::ctrl_c() => {
+                println!("\n(no reply to stop; /quit or Ctrl-D leaves)");
+                continue;
+            }
         };
         let Some(line) = line else {
             println!();
@@ -326,22 +331,22 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
             ("", _) => {}
             ("/quit" | "/exit", _) => return Ok(ExitCode::SUCCESS),
             ("/new", _) => {
-                chat = service.new_chat(None).await?.id;
-                println!("chat {chat}");
+                chat = None;
+                println!("(a new chat begins with your next question)");
             }
             ("/chats", _) => {
                 for c in service.chats().await? {
-                    let mark = if c.id == chat { "*" } else { " " };
+                    let mark = if Some(c.id) == chat { "*" } else { " " };
                     let state = c.last_reply.map(|s| s.as_str()).unwrap_or("new");
                     println!("{mark}{}\t{state}\t{}", c.id, c.title);
                 }
             }
             ("/open", id) => match id.parse::<i64>().map(ChatId) {
-                Ok(id) => match service.records(id).await {
-                    Ok(records) => {
-                        service.store().chat(id)?;
-                        chat = id;
-                        for r in records {
+                Ok(id) => match service.store().chat(id) {
+                    Ok(found) => {
+                        chat = Some(found.id);
+                        println!("# {} (chat {})", found.title, found.id);
+                        for r in service.records(found.id).await? {
                             println!("{}: {}", r.role.as_str(), r.text);
                         }
                     }
@@ -349,11 +354,24 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
                 },
                 Err(_) => println!("usage: /open ID"),
             },
-            ("/retry", _) => report(ask_and_stream(service, chat, None).await),
+            ("/retry", _) => match chat {
+                Some(id) => report(ask_and_stream(service, id, None).await),
+                None => println!("nothing to try again in a new chat"),
+            },
             (cmd, _) if cmd.starts_with('/') => {
                 println!("unknown command {cmd}; try /new, /chats, /open ID, /retry, /quit")
             }
-            _ => report(ask_and_stream(service, chat, Some(line.to_string())).await),
+            _ => {
+                let id = match chat {
+                    Some(id) => id,
+                    None => {
+                        let id = service.new_chat(None).await?.id;
+                        chat = Some(id);
+                        id
+                    }
+                };
+                report(ask_and_stream(service, id, Some(line.to_string())).await)
+            }
         }
     }
 }

@@ -233,3 +233,76 @@ async fn a_malformed_settings_file_is_a_clear_error_naming_file_line_and_key() {
     assert!(stderr.contains("line 4"), "{stderr}");
     assert!(stderr.contains("max_retries"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_during_ask_stops_the_reply_and_keeps_its_text() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("One word at a time, slowly.")
+            .deltas_of(4)
+            .paced(Duration::from_millis(60)),
+    );
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    let mut child = ask
+        .args(["ask", "--new", "go"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 4];
+    stdout.read_exact(&mut first).await.unwrap();
+    let pid = child.id().unwrap() as libc::pid_t;
+    // SAFETY: sends SIGINT to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(4), "stopped");
+
+    let reply = dir.store().last_reply(jarvis::ChatId(1)).unwrap().unwrap();
+    assert_eq!(reply.state, ReplyState::Stopped);
+    assert!(reply.text.starts_with("One "), "{:?}", reply.text);
+    assert!(reply.text.len() < "One word at a time, slowly.".len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_interactive_chat_asks_lists_opens_and_quits() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut chat = jarvis(&dir);
+    at_stub(&mut chat, &stub);
+    chat.arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = chat.spawn().unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(
+                b"first question\n/new\nsecond chat\n/chats\n/open 1\n/open 42\n/retry\n/quit\n",
+            )
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "> You said: first question\n",
+        "> You said: second chat\n",
+        "*2\tdone\tsecond chat\n 1\tdone\tfirst question\n",
+        "# first question (chat 1)\nuser: first question\nassistant: You said: first question\n",
+        "there is no chat 42\n",
+        "[chat 1 has no failed or interrupted reply to try again]\n",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
