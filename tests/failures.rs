@@ -262,3 +262,40 @@ async fn a_stream_that_ends_early_without_its_end_marker_is_a_failure() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_never_accepts_is_a_connect_timeout() {
+    // A listener whose one-slot backlog is filled: further connection attempts go unanswered.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let attempt = tokio::time::timeout(
+            Duration::from_millis(300),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(stream)) => fillers.push(stream),
+            _ => break, // the backlog is full
+        }
+    }
+    let stub = Stub::start().await.unwrap();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.openai.base_url = format!("http://{addr}/v1");
+    s.timeouts.connect_secs = 0.5;
+    let started = Instant::now();
+    let (_, _, stored) = run_one(s, &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    assert_eq!(
+        stored.reason.as_deref(),
+        Some(
+            format!("connecting to http://{addr}/v1/chat/completions timed out after 0.5 s")
+                .as_str()
+        )
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    drop(listener);
+}

@@ -209,3 +209,31 @@ impl Attachment {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_serialise_with_a_snake_case_type_tag_for_every_subscriber() {
+        let delta = Event::Delta {
+            reply: ReplyId(7),
+            text: "Hi".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&delta).unwrap(),
+            r#"{"type":"delta","reply":7,"text":"Hi"}"#
+        );
+        let ended = Event::ReplyEnded {
+            reply: ReplyId(7),
+            state: ReplyState::Stopped,
+            reason: Some("stopped by the user".into()),
+        };
+        let json = serde_json::to_string(&ended).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"reply_ended","reply":7,"state":"stopped","reason":"stopped by the user"}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), ended);
+    }
+}

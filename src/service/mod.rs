@@ -283,6 +283,10 @@ impl Actor {
                     }
                 }
             }
+            // A chat nobody watches and nothing runs in is forgotten; the store has it all, and
+            // the next attach rebuilds its last reply from there.
+            self.chats
+                .retain(|_, c| c.running.is_some() || c.hub.receiver_count() > 0);
         }
     }
 
