@@ -1,15 +1,13 @@
 //! Anthropic's Messages API, streamed.
 
-use std::borrow::Cow;
-use std::collections::HashSet;
-use std::time::Duration;
-
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
-use secrecy::{ExposeSecret, SecretString};
+use reqwest::header::{HeaderMap, HeaderValue};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::collections::HashSet;
 
-use super::sse::{self, Decoder};
+use super::sse::{self, secret_header, Decoder, Transport};
 use super::{
     Backend, BackendError, EventStream, LlmError, LlmEvent, MessageRole, Request, StopReason,
 };
@@ -18,10 +16,8 @@ use crate::config::{AnthropicSettings, BackendKind, Timeouts};
 /// The Anthropic backend.
 pub struct Anthropic {
     settings: AnthropicSettings,
-    key: SecretString,
-    client: reqwest::Client,
-    connect: Duration,
-    idle: Duration,
+    headers: HeaderMap,
+    transport: Transport,
     concurrency: usize,
 }
 
@@ -33,21 +29,17 @@ impl Anthropic {
         timeouts: &Timeouts,
         concurrency: usize,
     ) -> Result<Self, BackendError> {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", secret_header(&key, "", "ANTHROPIC_API_KEY")?);
+        let version = HeaderValue::from_str(&settings.version)
+            .map_err(|_| BackendError::BadVersion(settings.version.clone()))?;
+        headers.insert("anthropic-version", version);
         Ok(Anthropic {
-            client: sse::client(timeouts.connect())?,
+            transport: Transport::new(timeouts)?,
             settings,
-            key,
-            connect: timeouts.connect(),
-            idle: timeouts.idle(),
+            headers,
             concurrency,
         })
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "{}/v1/messages",
-            self.settings.base_url.trim_end_matches('/')
-        )
     }
 }
 
@@ -98,35 +90,14 @@ impl Backend for Anthropic {
     }
 
     fn stream(&self, request: Request) -> EventStream {
-        let url = self.url();
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Ok(version) = HeaderValue::from_str(&self.settings.version) {
-            headers.insert("anthropic-version", version);
-        }
-        match HeaderValue::from_str(self.key.expose_secret()) {
-            Ok(mut key) => {
-                key.set_sensitive(true);
-                headers.insert("x-api-key", key);
-            }
-            Err(_) => {
-                return Box::pin(futures::stream::once(async {
-                    Err(LlmError::Malformed(
-                        "ANTHROPIC_API_KEY holds characters that cannot go in a header".into(),
-                    ))
-                }))
-            }
-        }
-        let builder = self
-            .client
-            .post(&url)
-            .headers(headers)
-            .body(body(&request).to_string());
-        sse::stream(
-            builder,
+        let url = format!(
+            "{}/v1/messages",
+            self.settings.base_url.trim_end_matches('/')
+        );
+        self.transport.post(
             url,
-            self.connect,
-            self.idle,
+            self.headers.clone(),
+            &body(&request),
             MessagesDecoder::default(),
         )
     }

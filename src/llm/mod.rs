@@ -254,6 +254,15 @@ pub enum BackendError {
         /// The variable.
         var: &'static str,
     },
+    /// A key that cannot be sent in an HTTP header.
+    #[error("{var} holds characters that cannot be sent in an HTTP header; check it for stray quotes or line breaks")]
+    BadKey {
+        /// The variable.
+        var: &'static str,
+    },
+    /// An `anthropic.version` setting that cannot be a header.
+    #[error("anthropic.version = {0:?} is not a valid version; use one such as 2023-06-01")]
+    BadVersion(String),
     /// Settings were wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -1,15 +1,13 @@
 //! OpenAI-compatible chat completions, streamed (OpenAI, Ollama, llama.cpp server, LM Studio, vLLM).
 
-use std::borrow::Cow;
-use std::collections::BTreeSet;
-use std::time::Duration;
-
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use secrecy::{ExposeSecret, SecretString};
+use reqwest::header::{HeaderMap, AUTHORIZATION};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 
-use super::sse::{self, Decoder};
+use super::sse::{self, secret_header, Decoder, Transport};
 use super::{
     Backend, BackendError, EventStream, LlmError, LlmEvent, MessageRole, Request, StopReason,
 };
@@ -19,10 +17,8 @@ use crate::config::{BackendKind, OpenAiSettings, Timeouts};
 pub struct OpenAi {
     kind: BackendKind,
     settings: OpenAiSettings,
-    key: Option<SecretString>,
-    client: reqwest::Client,
-    connect: Duration,
-    idle: Duration,
+    headers: HeaderMap,
+    transport: Transport,
     concurrency: usize,
 }
 
@@ -35,22 +31,20 @@ impl OpenAi {
         timeouts: &Timeouts,
         concurrency: usize,
     ) -> Result<Self, BackendError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &key {
+            headers.insert(
+                AUTHORIZATION,
+                secret_header(key, "Bearer ", "OPENAI_API_KEY")?,
+            );
+        }
         Ok(OpenAi {
             kind,
-            client: sse::client(timeouts.connect())?,
+            transport: Transport::new(timeouts)?,
             settings,
-            key,
-            connect: timeouts.connect(),
-            idle: timeouts.idle(),
+            headers,
             concurrency,
         })
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "{}/chat/completions",
-            self.settings.base_url.trim_end_matches('/')
-        )
     }
 }
 
@@ -102,34 +96,14 @@ impl Backend for OpenAi {
     }
 
     fn stream(&self, request: Request) -> EventStream {
-        let url = self.url();
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = &self.key {
-            match HeaderValue::from_str(&format!("Bearer {}", key.expose_secret())) {
-                Ok(mut value) => {
-                    value.set_sensitive(true);
-                    headers.insert(AUTHORIZATION, value);
-                }
-                Err(_) => {
-                    return Box::pin(futures::stream::once(async {
-                        Err(LlmError::Malformed(
-                            "OPENAI_API_KEY holds characters that cannot go in a header".into(),
-                        ))
-                    }))
-                }
-            }
-        }
-        let builder = self
-            .client
-            .post(&url)
-            .headers(headers)
-            .body(body(&request).to_string());
-        sse::stream(
-            builder,
+        let url = format!(
+            "{}/chat/completions",
+            self.settings.base_url.trim_end_matches('/')
+        );
+        self.transport.post(
             url,
-            self.connect,
-            self.idle,
+            self.headers.clone(),
+            &body(&request),
             ChunkDecoder::default(),
         )
     }

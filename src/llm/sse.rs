@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use serde_json::Value;
 
 use super::{EventStream, LlmError, LlmEvent};
@@ -83,7 +84,7 @@ fn root_cause(err: &reqwest::Error) -> String {
 
 /// Sends `request` and returns the streaming response, or a named failure (connect, timeout,
 /// error status with its message and `retry-after`).
-pub async fn send(
+async fn send(
     request: reqwest::RequestBuilder,
     url: &str,
     connect_timeout: Duration,
@@ -137,7 +138,7 @@ pub async fn send(
 }
 
 /// A response body as bytes, failing with [`LlmError::IdleTimeout`] when nothing arrives for `idle`.
-pub fn body_with_idle_timeout(
+fn body_with_idle_timeout(
     response: reqwest::Response,
     idle: Duration,
 ) -> impl Stream<Item = Result<Bytes, LlmError>> + Send {
@@ -171,34 +172,68 @@ pub fn body_with_idle_timeout(
     }
 }
 
-/// Sends `request` when first polled and decodes its SSE stream with `decoder`.
-pub fn stream<D: Decoder>(
-    request: reqwest::RequestBuilder,
-    url: String,
-    connect_timeout: Duration,
+/// What both SSE backends share to send a request and read its stream.
+pub struct Transport {
+    client: reqwest::Client,
+    connect: Duration,
     idle: Duration,
-    decoder: D,
-) -> EventStream {
-    Box::pin(async_stream::stream! {
-        let response = match send(request, &url, connect_timeout).await {
-            Ok(r) => r,
-            Err(err) => {
-                yield Err(err);
-                return;
-            }
-        };
-        let decoded = decode(events(body_with_idle_timeout(response, idle)), decoder);
-        futures::pin_mut!(decoded);
-        while let Some(item) = decoded.next().await {
-            yield item;
-        }
-    })
 }
 
-/// Builds the shared HTTP client.
-pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, super::BackendError> {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .build()
-        .map_err(|e| super::BackendError::Client(e.to_string()))
+impl Transport {
+    /// A client with the connect timeout; `idle` applies between pieces of each stream.
+    pub fn new(timeouts: &crate::config::Timeouts) -> Result<Transport, super::BackendError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect())
+            .build()
+            .map_err(|e| super::BackendError::Client(e.to_string()))?;
+        Ok(Transport {
+            client,
+            connect: timeouts.connect(),
+            idle: timeouts.idle(),
+        })
+    }
+
+    /// POSTs `body` to `url` when the stream is first polled and decodes the answer with `decoder`.
+    pub fn post<D: Decoder>(
+        &self,
+        url: String,
+        headers: HeaderMap,
+        body: &Value,
+        decoder: D,
+    ) -> EventStream {
+        let request = self
+            .client
+            .post(&url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .headers(headers)
+            .body(body.to_string());
+        let (connect, idle) = (self.connect, self.idle);
+        Box::pin(async_stream::stream! {
+            let response = match send(request, &url, connect).await {
+                Ok(r) => r,
+                Err(err) => {
+                    yield Err(err);
+                    return;
+                }
+            };
+            let decoded = decode(events(body_with_idle_timeout(response, idle)), decoder);
+            futures::pin_mut!(decoded);
+            while let Some(item) = decoded.next().await {
+                yield item;
+            }
+        })
+    }
+}
+
+/// A header holding the key named `var`, marked sensitive so no log or debug output shows it.
+pub fn secret_header(
+    key: &secrecy::SecretString,
+    prefix: &str,
+    var: &'static str,
+) -> Result<HeaderValue, super::BackendError> {
+    use secrecy::ExposeSecret;
+    let mut value = HeaderValue::from_str(&format!("{prefix}{}", key.expose_secret()))
+        .map_err(|_| super::BackendError::BadKey { var })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
