@@ -50,7 +50,7 @@ pub enum BackendKind {
     Anthropic,
     /// OpenAI or any OpenAI-compatible server.
     Openai,
-    /// A model on this machine (today: a local OpenAI-compatible server such as Ollama or llama.cpp).
+    /// A GGUF model run on this machine's CPU by the `jarvis-llm` server that Jarvis starts.
     #[default]
     Local,
 }
@@ -97,7 +97,7 @@ impl Default for AnthropicSettings {
     }
 }
 
-/// An OpenAI-compatible section (`[openai]` and `[local]`).
+/// The `[openai]` section: OpenAI or any OpenAI-compatible server (Ollama, llama.cpp, LM Studio, vLLM).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpenAiSettings {
@@ -109,6 +109,12 @@ pub struct OpenAiSettings {
     pub max_tokens: u32,
     /// Whether the server needs `OPENAI_API_KEY` (Ollama and llama.cpp do not).
     pub requires_key: bool,
+    /// Sampling temperature; the server's default when unset.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling; the server's default when unset.
+    pub top_p: Option<f32>,
+    /// A fixed seed, for servers that honour one.
+    pub seed: Option<u32>,
 }
 
 impl OpenAiSettings {
@@ -118,15 +124,9 @@ impl OpenAiSettings {
             model: "gpt-4o-mini".into(),
             max_tokens: 4096,
             requires_key: true,
-        }
-    }
-
-    fn local() -> Self {
-        OpenAiSettings {
-            base_url: "http://127.0.0.1:11434/v1".into(),
-            model: "llama3.2".into(),
-            max_tokens: 2048,
-            requires_key: false,
+            temperature: None,
+            top_p: None,
+            seed: None,
         }
     }
 }
@@ -137,8 +137,41 @@ impl Default for OpenAiSettings {
     }
 }
 
-fn default_local() -> OpenAiSettings {
-    OpenAiSettings::local()
+/// The `[local]` section: the model on this machine and how it samples.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalSettings {
+    /// A GGUF file: a path, or a file name in the model folder (`<data dir>/models`).
+    pub model: String,
+    /// The context window in tokens (at most the model's own); longer prompts lose their oldest turns.
+    pub context: u32,
+    /// CPU threads; 0 uses every core up to 8.
+    pub threads: u32,
+    /// Sampling temperature; 0 always picks the likeliest token.
+    pub temperature: f32,
+    /// Nucleus sampling.
+    pub top_p: f32,
+    /// A fixed seed makes answers repeatable; unset, each answer draws anew.
+    pub seed: Option<u32>,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+}
+
+/// The default model's file name, installed by `scripts/models`.
+pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+impl Default for LocalSettings {
+    fn default() -> Self {
+        LocalSettings {
+            model: DEFAULT_MODEL.into(),
+            context: 4096,
+            threads: 0,
+            temperature: 0.7,
+            top_p: 0.9,
+            seed: None,
+            max_tokens: 512,
+        }
+    }
 }
 
 /// How long to wait for the network, in seconds.
@@ -227,7 +260,7 @@ impl Default for ReplySettings {
 }
 
 /// Everything the settings file holds.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// The backend that answers.
@@ -237,28 +270,13 @@ pub struct Settings {
     /// `[openai]`.
     pub openai: OpenAiSettings,
     /// `[local]`.
-    #[serde(default = "default_local")]
-    pub local: OpenAiSettings,
+    pub local: LocalSettings,
     /// `[timeouts]`.
     pub timeouts: Timeouts,
     /// `[retry]`.
     pub retry: RetrySettings,
     /// `[replies]`.
     pub replies: ReplySettings,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            backend: BackendKind::default(),
-            anthropic: AnthropicSettings::default(),
-            openai: OpenAiSettings::openai(),
-            local: OpenAiSettings::local(),
-            timeouts: Timeouts::default(),
-            retry: RetrySettings::default(),
-            replies: ReplySettings::default(),
-        }
-    }
 }
 
 impl Settings {
@@ -367,6 +385,21 @@ impl Config {
     /// The database file.
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("jarvis.db")
+    }
+
+    /// The folder `scripts/models` installs models into.
+    pub fn model_dir(&self) -> PathBuf {
+        self.data_dir.join("models")
+    }
+
+    /// The local model's file: `[local] model` as a path, or as a name in the model folder.
+    pub fn local_model_path(&self) -> PathBuf {
+        let model = Path::new(&self.settings.local.model);
+        if model.is_absolute() || model.components().count() > 1 {
+            model.to_path_buf()
+        } else {
+            self.model_dir().join(model)
+        }
     }
 }
 

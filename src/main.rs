@@ -454,48 +454,62 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
             problems.push("the database cannot be opened (see above)".to_string());
         }
     }
-    let (base_url, key_var, needs_key) = match s.backend {
-        BackendKind::Anthropic => (s.anthropic.base_url.as_str(), "ANTHROPIC_API_KEY", true),
-        BackendKind::Openai => (
+    let remote = match s.backend {
+        BackendKind::Anthropic => Some((s.anthropic.base_url.as_str(), "ANTHROPIC_API_KEY", true)),
+        BackendKind::Openai => Some((
             s.openai.base_url.as_str(),
             "OPENAI_API_KEY",
             s.openai.requires_key,
-        ),
-        BackendKind::Local => (
-            s.local.base_url.as_str(),
-            "OPENAI_API_KEY",
-            s.local.requires_key,
-        ),
+        )),
+        BackendKind::Local => None,
     };
-    println!("backend: {} (model {}, {base_url})", s.backend, s.model());
-    if needs_key {
-        match config::find_key(key_var, &env) {
-            Some((_, source)) => println!("key: {key_var} present ({source})"),
-            None => {
-                println!("key: {key_var} missing");
-                problems.push(format!(
-                    "set {key_var}, store it in the OS keyring (service `{}`, user `{key_var}`), or choose another backend with JARVIS_BACKEND",
-                    config::KEYRING_SERVICE
-                ));
+    if let Some((base_url, key_var, needs_key)) = remote {
+        println!("backend: {} (model {}, {base_url})", s.backend, s.model());
+        if needs_key {
+            match config::find_key(key_var, &env) {
+                Some((_, source)) => println!("key: {key_var} present ({source})"),
+                None => {
+                    println!("key: {key_var} missing");
+                    problems.push(format!(
+                        "set {key_var}, store it in the OS keyring (`jarvis key set {key_var}`), or choose another backend with JARVIS_BACKEND"
+                    ));
+                }
             }
+        } else {
+            println!("key: not needed");
         }
-    } else {
-        println!("key: not needed");
-    }
-    match reachable(base_url).await {
-        Ok(()) => println!("server: reachable"),
-        Err(reason) => {
-            println!("server: not reachable ({reason})");
-            if s.backend == BackendKind::Local {
-                problems.push(format!(
-                    "start a local OpenAI-compatible server (Ollama, llama.cpp server) at {base_url}, or choose another backend with JARVIS_BACKEND"
-                ));
-            } else {
+        match reachable(base_url).await {
+            Ok(()) => println!("server: reachable"),
+            Err(reason) => {
+                println!("server: not reachable ({reason})");
                 problems.push(format!("check the network and the base URL {base_url}"));
             }
         }
+    } else {
+        println!("backend: local (no key needed)");
     }
-    println!("model files: none used by this build");
+    // The local model is reported whichever backend is selected: it is the offline fallback.
+    let model = config.local_model_path();
+    match llm::local::describe(&model, &env).await {
+        Ok(info) => println!(
+            "local model: {} ({:.1} MB, {}, {}, {} parameters, context {})",
+            info.path,
+            info.size as f64 / 1e6,
+            info.architecture,
+            info.quantization,
+            human_count(info.parameters),
+            info.context_length
+        ),
+        Err(reason) => {
+            println!("local model: {reason}");
+            if s.backend == BackendKind::Local {
+                problems.push(format!(
+                    "install the local model: {}",
+                    llm::local::INSTALL_HINT
+                ));
+            }
+        }
+    }
     if problems.is_empty() {
         println!("all good");
         Ok(ExitCode::SUCCESS)
@@ -505,6 +519,15 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
             println!("- {p}");
         }
         Ok(ExitCode::from(EXIT_FAILED))
+    }
+}
+
+/// 134515008 → "135M".
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),
+        n => n.to_string(),
     }
 }
 

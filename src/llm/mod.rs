@@ -3,6 +3,7 @@
 //! shares — retries before the first token and the first-token timeout.
 
 pub mod anthropic;
+pub mod local;
 pub mod openai;
 pub mod sse;
 
@@ -198,6 +199,9 @@ pub enum LlmError {
     /// The stream ended before the reply was complete.
     #[error("the stream ended before the reply was complete")]
     Truncated,
+    /// The backend cannot answer at all (e.g. the local model is not installed); says what to do.
+    #[error("{0}")]
+    Unavailable(String),
     /// A data line could not be read.
     #[error("the server sent malformed data: {0}")]
     Malformed(String),
@@ -292,29 +296,24 @@ pub fn from_config(
                 concurrency,
             )?))
         }
-        BackendKind::Openai | BackendKind::Local => {
-            let (settings, kind, concurrency) = if s.backend == BackendKind::Openai {
-                (s.openai.clone(), BackendKind::Openai, concurrency)
-            } else {
-                // A local server runs one model on this machine's cores: one reply at a time.
-                (s.local.clone(), BackendKind::Local, 1)
-            };
+        BackendKind::Openai => {
             let key = crate::config::find_key("OPENAI_API_KEY", env).map(|(k, _)| k);
-            if settings.requires_key && key.is_none() {
+            if s.openai.requires_key && key.is_none() {
                 return Err(BackendError::MissingKey {
                     var: "OPENAI_API_KEY",
                 });
             }
-            // A keyless local server never receives the user's OpenAI key.
-            let key = if settings.requires_key { key } else { None };
+            // A keyless server never receives the user's OpenAI key.
+            let key = if s.openai.requires_key { key } else { None };
             Ok(Arc::new(openai::OpenAi::new(
-                kind,
-                settings,
+                BackendKind::Openai,
+                s.openai.clone(),
                 key,
                 &s.timeouts,
                 concurrency,
             )?))
         }
+        BackendKind::Local => Ok(Arc::new(local::Local::new(config, env))),
     }
 }
 

@@ -48,8 +48,8 @@ impl OpenAi {
     }
 }
 
-/// The request body for chat completions.
-pub fn body(request: &Request) -> Value {
+/// The request body for chat completions, with the settings' sampling where they give one.
+pub fn body(request: &Request, settings: &OpenAiSettings) -> Value {
     let mut messages = vec![json!({"role": "system", "content": request.system})];
     messages.extend(request.messages.iter().map(|m| {
         json!({
@@ -64,6 +64,15 @@ pub fn body(request: &Request) -> Value {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(t) = settings.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(p) = settings.top_p {
+        body["top_p"] = json!(p);
+    }
+    if let Some(seed) = settings.seed {
+        body["seed"] = json!(seed);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools
@@ -103,7 +112,7 @@ impl Backend for OpenAi {
         self.transport.post(
             url,
             self.headers.clone(),
-            &body(&request),
+            &body(&request, &self.settings),
             ChunkDecoder::default(),
         )
     }

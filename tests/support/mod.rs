@@ -24,7 +24,6 @@ pub fn settings(kind: BackendKind, stub: &Stub) -> Settings {
     s.openai.base_url = stub.openai_url();
     s.openai.requires_key = false;
     s.openai.model = "stub-model".into();
-    s.local.base_url = stub.openai_url();
     s.anthropic.base_url = stub.anthropic_url();
     s.anthropic.model = "stub-model".into();
     s.timeouts.connect_secs = 2.0;
@@ -164,5 +163,75 @@ pub async fn output(cmd: &mut tokio::process::Command) -> (i32, String, String) 
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The local model file for tests: `JARVIS_TEST_MODEL`, else the default model where
+/// `scripts/models` installs it.
+pub fn local_model() -> PathBuf {
+    let path = std::env::var("JARVIS_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            let data = std::env::var("XDG_DATA_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
+                });
+            data.join("jarvis/models")
+                .join(jarvis::config::DEFAULT_MODEL)
+        });
+    assert!(
+        path.is_file(),
+        "the local model {} is missing: run scripts/models",
+        path.display()
+    );
+    path
+}
+
+/// The `jarvis-llm` server for tests: `JARVIS_LLM_SERVER`, else the release build, else the debug one.
+pub fn llm_server() -> PathBuf {
+    if let Ok(path) = std::env::var("JARVIS_LLM_SERVER") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir");
+    ["release", "debug"]
+        .iter()
+        .map(|p| target.join(p).join("jarvis-llm"))
+        .find(|p| p.is_file())
+        .expect("jarvis-llm is not built: run `cargo build --release -p jarvis-llm`")
+}
+
+/// Settings for the local model with greedy sampling and a small context.
+pub fn local_settings(model: &Path) -> Settings {
+    let mut s = Settings {
+        backend: BackendKind::Local,
+        ..Settings::default()
+    };
+    s.local.model = model.display().to_string();
+    s.local.temperature = 0.0;
+    s.local.seed = Some(7);
+    s.local.max_tokens = 48;
+    s.local.context = 1024;
+    s.local.threads = 2;
+    s.timeouts.idle_secs = 30.0;
+    s.timeouts.first_token_secs = 60.0;
+    s
+}
+
+/// The service over the local model (its server found by [`llm_server`]).
+pub fn local_service(dir: &Dir, settings: Settings) -> Service {
+    let config = dir.config(settings);
+    let server = llm_server().display().to_string();
+    let env = env_with(&[("JARVIS_LLM_SERVER", server.as_str())]);
+    let backend = llm::from_config(&config, &env).expect("backend");
+    Service::start(
+        dir.store(),
+        backend,
+        ServiceOptions::from_settings(&config.settings),
     )
 }

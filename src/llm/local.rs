@@ -1,0 +1,290 @@
+//! The local backend: a GGUF model run by `jarvis-llm`, a small server of this workspace that
+//! Jarvis starts on loopback the first time it is asked and talks to with its OpenAI backend.
+//! llama.cpp lives in that separate process because whisper.cpp, which Jarvis links for speech,
+//! carries its own copy of ggml and the two clash in one binary. A missing or broken model fails
+//! the reply with what to do; Jarvis itself keeps running.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::sync::Mutex;
+
+use super::openai::OpenAi;
+use super::{Backend, EventStream, LlmError, Request};
+use crate::config::{BackendKind, Config, LocalSettings, OpenAiSettings, Timeouts};
+
+/// The server binary's name; it is looked for beside the running executable.
+pub const SERVER_BIN: &str = "jarvis-llm";
+
+/// How long loading a model may take.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The command that installs the default model.
+pub const INSTALL_HINT: &str =
+    "run `scripts/models` to install the default model, or set JARVIS_MODEL to a GGUF file";
+
+/// The local backend.
+pub struct Local {
+    inner: Arc<Inner>,
+    model_name: String,
+    max_tokens: u32,
+}
+
+struct Inner {
+    settings: LocalSettings,
+    model: PathBuf,
+    server_bin: Option<PathBuf>,
+    timeouts: Timeouts,
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    child: tokio::process::Child,
+    backend: Arc<OpenAi>,
+}
+
+/// What `jarvis-llm --check` says of a model file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelInfo {
+    /// The file.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// e.g. llama, qwen2.
+    pub architecture: String,
+    /// `general.name`.
+    pub name: String,
+    /// e.g. Q4_1.
+    pub quantization: String,
+    /// The context length it was trained for.
+    pub context_length: u32,
+    /// Parameters.
+    pub parameters: u64,
+    /// Whether it carries a chat template.
+    pub chat_template: bool,
+}
+
+/// Where the server binary is: `JARVIS_LLM_SERVER`, else beside this executable (or one folder
+/// up, where test binaries live).
+pub fn find_server(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(path) = env("JARVIS_LLM_SERVER").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join(SERVER_BIN), dir.parent()?.join(SERVER_BIN)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+impl Local {
+    /// The backend for `config`'s `[local]` settings; nothing starts until the first question.
+    pub fn new(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Local {
+        let settings = config.settings.local.clone();
+        let model = config.local_model_path();
+        Local {
+            model_name: model
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| settings.model.clone()),
+            max_tokens: settings.max_tokens,
+            inner: Arc::new(Inner {
+                settings,
+                model,
+                server_bin: find_server(env),
+                timeouts: config.settings.timeouts.clone(),
+                running: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The model file this backend runs.
+    pub fn model_path(&self) -> &Path {
+        &self.inner.model
+    }
+}
+
+impl Inner {
+    fn server_bin(&self) -> Result<&Path, String> {
+        self.server_bin.as_deref().ok_or_else(|| {
+            format!("the local model server `{SERVER_BIN}` is not installed beside jarvis; build it with `cargo build --release -p jarvis-llm`")
+        })
+    }
+
+    /// The running server's OpenAI backend, starting the server first if needed.
+    async fn backend(&self) -> Result<Arc<OpenAi>, String> {
+        let mut running = self.running.lock().await;
+        if let Some(r) = running.as_mut() {
+            if matches!(r.child.try_wait(), Ok(None)) {
+                return Ok(r.backend.clone());
+            }
+            tracing::warn!("the local model server had stopped; starting it again");
+        }
+        let started = self.start().await?;
+        let backend = started.backend.clone();
+        *running = Some(started);
+        Ok(backend)
+    }
+
+    async fn start(&self) -> Result<Running, String> {
+        if !self.model.is_file() {
+            return Err(format!(
+                "the local model is not installed: {} is missing; {INSTALL_HINT}",
+                self.model.display()
+            ));
+        }
+        let bin = self.server_bin()?;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("--model")
+            .arg(&self.model)
+            .arg("--ctx")
+            .arg(self.settings.context.max(256).to_string())
+            .arg("--exit-with-stdin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if self.settings.threads > 0 {
+            cmd.arg("--threads").arg(self.settings.threads.to_string());
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("no stdout from the model server")?;
+        let mut stderr = child
+            .stderr
+            .take()
+            .ok_or("no stderr from the model server")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(LOAD_TIMEOUT, lines.next_line()).await;
+        let url = match first {
+            Ok(Ok(Some(line))) => line
+                .split_once("listening on ")
+                .map(|(_, url)| url.trim().to_string()),
+            Ok(_) => None,
+            Err(_) => {
+                return Err(format!(
+                    "the local model did not load within {} s",
+                    LOAD_TIMEOUT.as_secs()
+                ))
+            }
+        };
+        let Some(url) = url else {
+            // It exited: its last words say why (not GGUF, truncated, unsupported).
+            let mut said = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut said))
+                .await;
+            let reason = said
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("jarvis-llm: "))
+                .map(|l| l.trim_start_matches("jarvis-llm: ").to_string())
+                .unwrap_or_else(|| "the model server stopped while loading".into());
+            return Err(format!("{reason}; {INSTALL_HINT}"));
+        };
+        // Keep reading its output so it never blocks on a full pipe.
+        tokio::spawn(async move {
+            let mut err_lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = err_lines.next_line().await {
+                tracing::debug!(target: "jarvis_llm", "{line}");
+            }
+        });
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let openai = OpenAiSettings {
+            base_url: url,
+            model: self
+                .model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            max_tokens: self.settings.max_tokens,
+            requires_key: false,
+            temperature: Some(self.settings.temperature),
+            top_p: Some(self.settings.top_p),
+            seed: self.settings.seed,
+        };
+        let backend = OpenAi::new(BackendKind::Local, openai, None, &self.timeouts, 1)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(model = %self.model.display(), "local model server started");
+        Ok(Running {
+            child,
+            backend: Arc::new(backend),
+        })
+    }
+}
+
+impl Backend for Local {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Local
+    }
+
+    fn model(&self) -> &str {
+        &self.model_name
+    }
+
+    fn max_tokens(&self) -> u32 {
+        self.max_tokens
+    }
+
+    fn max_concurrent(&self) -> usize {
+        1
+    }
+
+    fn stream(&self, request: Request) -> EventStream {
+        let inner = self.inner.clone();
+        Box::pin(async_stream::stream! {
+            let backend = match inner.backend().await {
+                Ok(b) => b,
+                Err(reason) => {
+                    yield Err(LlmError::Unavailable(reason));
+                    return;
+                }
+            };
+            let mut events = backend.stream(request);
+            while let Some(event) = events.next().await {
+                yield event;
+            }
+        })
+    }
+}
+
+/// Describes a model file with `jarvis-llm --check`, for `jarvis doctor`.
+pub async fn describe(
+    model: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ModelInfo, String> {
+    if !model.is_file() {
+        return Err(format!("{} is missing; {INSTALL_HINT}", model.display()));
+    }
+    let bin = find_server(env).ok_or_else(|| {
+        format!("`{SERVER_BIN}` is not installed beside jarvis; build it with `cargo build --release -p jarvis-llm`")
+    })?;
+    let out = tokio::process::Command::new(&bin)
+        .arg("--model")
+        .arg(model)
+        .arg("--check")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let reason = said
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("jarvis-llm: "))
+            .map(|l| l.trim_start_matches("jarvis-llm: ").to_string())
+            .unwrap_or_else(|| "it could not be read".into());
+        return Err(reason);
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("unexpected answer from {SERVER_BIN}: {e}"))
+}

@@ -1,0 +1,173 @@
+//! The local model through the whole stack: `jarvis-llm` (llama.cpp) on loopback, the OpenAI
+//! backend, the service. Uses the default model that `scripts/models` installs.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use jarvis::{Event, ReplyState};
+use support::*;
+
+/// One model at a time: each test starts its own server, and two cores shared by several
+/// generating servers would turn the timing assertions into a measure of the scheduler.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_key_and_no_settings_ask_streams_an_answer_from_the_local_model() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let model = local_model();
+    let dir = Dir::new();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::copy(
+        &model,
+        dir.path()
+            .join("models")
+            .join(jarvis::config::DEFAULT_MODEL),
+    )
+    .unwrap();
+    let run = || async {
+        let mut ask = jarvis(&dir);
+        // The defaults, except a fixed seed and greedy sampling so that two runs agree.
+        std::fs::write(
+            dir.path().join("settings.toml"),
+            "[local]\ntemperature = 0.0\nseed = 1\nmax_tokens = 40\n",
+        )
+        .unwrap();
+        ask.env("JARVIS_LLM_SERVER", llm_server());
+        output(ask.args(["ask", "--new", "What is the capital of France?"])).await
+    };
+    let (code, first, stderr) = run().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(first.trim().len() > 3, "a non-empty answer: {first:?}");
+    let (code, second, _) = run().await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        first, second,
+        "temperature 0 and a fixed seed give the same text"
+    );
+
+    let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert!(shown.contains("assistant: "), "{shown}");
+    let (_, report, _) = output(
+        jarvis(&dir)
+            .env("JARVIS_LLM_SERVER", llm_server())
+            .arg("doctor"),
+    )
+    .await;
+    assert!(report.contains("local model: "), "{report}");
+    assert!(report.contains("llama, Q4_1"), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_model_streams_in_several_deltas_and_a_second_chat_waits() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let service = local_service(&dir, local_settings(&local_model()));
+    let (_, a, mut att_a) = ask_new(&service, "Write two sentences about the sea.").await;
+    let (_, b, mut att_b) = ask_new(&service, "Name a colour.").await;
+    let a_events = until_end(&mut att_a, a).await;
+    let deltas = a_events
+        .iter()
+        .filter(|e| matches!(e, Event::Delta { .. }))
+        .count();
+    assert!(deltas >= 3, "streamed in several deltas: {a_events:?}");
+    assert_eq!(ending(&a_events).0, ReplyState::Done);
+    let b_events = until_end(&mut att_b, b).await;
+    assert!(
+        b_events.iter().any(|e| matches!(e, Event::Waiting { .. })),
+        "{b_events:?}"
+    );
+    assert_eq!(ending(&b_events).0, ReplyState::Done);
+    assert!(!text_of(&b_events).trim().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_ends_local_generation_promptly_and_keeps_the_text() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let mut settings = local_settings(&local_model());
+    settings.local.max_tokens = 1000;
+    let service = local_service(&dir, settings);
+    let (chat, reply, mut attachment) = ask_new(
+        &service,
+        "Count from one to five hundred in words, one per line.",
+    )
+    .await;
+    let mut written = String::new();
+    while written.len() < 10 {
+        if let Some(Event::Delta { text, .. }) = attachment.next().await {
+            written.push_str(&text);
+        }
+    }
+    service.stop(chat).await.unwrap();
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Stopped);
+    let stored = service.store().reply(reply).unwrap().unwrap();
+    assert!(stored.text.starts_with(&written), "kept: {:?}", stored.text);
+
+    // Had generation gone on to its 1000 tokens, the next question would wait for it.
+    let started = Instant::now();
+    let next = service.ask(chat, "Say hi.").await.unwrap();
+    let mut first_delta = None;
+    while let Some(event) = attachment.next_of(next).await {
+        match event {
+            Event::Delta { .. } if first_delta.is_none() => first_delta = Some(started.elapsed()),
+            Event::ReplyEnded { .. } => break,
+            _ => {}
+        }
+    }
+    let first_delta = first_delta.expect("the next question was answered");
+    assert!(
+        first_delta < Duration::from_secs(4),
+        "the engine was free at once: {first_delta:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_longer_than_the_context_window_is_answered() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let mut settings = local_settings(&local_model());
+    settings.local.context = 512;
+    let service = local_service(&dir, settings);
+    let long: String = (0..400)
+        .map(|i| format!("Fact {i}: the sky is blue. "))
+        .collect();
+    let question = format!("{long}\nWhat colour is the sky?");
+    let (_, reply, mut attachment) = ask_new(&service, &question).await;
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
+    assert!(!text_of(&events).trim().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_truncated_or_foreign_model_file_is_a_clear_error_and_jarvis_stays_up() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let model = local_model();
+    let dir = Dir::new();
+    let truncated = dir.path().join("truncated.gguf");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let foreign = dir.path().join("notes.gguf");
+    std::fs::write(&foreign, "these are not model weights\n").unwrap();
+    let cases = [
+        (
+            dir.path().join("absent.gguf"),
+            "is missing; run `scripts/models`",
+        ),
+        (truncated, "could not be loaded"),
+        (foreign, "is not a GGUF model file"),
+    ];
+    for (path, expected) in cases {
+        let service = local_service(&dir, local_settings(&path));
+        for _ in 0..2 {
+            // Each question fails with the reason; the service answers the next one all the same.
+            let (_, reply, mut attachment) = ask_new(&service, "Hello?").await;
+            let events = until_end(&mut attachment, reply).await;
+            let (state, reason) = ending(&events);
+            assert_eq!(state, ReplyState::Failed);
+            let reason = reason.unwrap();
+            assert!(reason.contains(expected), "{}: {reason}", path.display());
+        }
+    }
+}
