@@ -141,6 +141,37 @@ async fn a_prompt_longer_than_the_context_window_is_answered() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_that_outgrows_the_context_loses_its_oldest_turns_not_its_answer() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let mut settings = local_settings(&local_model());
+    settings.local.context = 512;
+    settings.local.max_tokens = 24;
+    let service = local_service(&dir, settings);
+    let chat = service.new_chat(None).await.unwrap().id;
+    let mut attachment = service.attach(chat).await.unwrap();
+    for turn in 0..4 {
+        // Each turn is ~200 tokens: by the third the history no longer fits in 512.
+        let notes: String = (0..20)
+            .map(|i| format!("Note {turn}.{i}: the tide is high. "))
+            .collect();
+        let reply = service
+            .ask(chat, format!("{notes}\nIn one word, is the tide high?"))
+            .await
+            .unwrap();
+        let events = until_end(&mut attachment, reply).await;
+        assert_eq!(
+            ending(&events),
+            (ReplyState::Done, None),
+            "turn {turn}: {events:?}"
+        );
+        assert!(!text_of(&events).trim().is_empty(), "turn {turn} answered");
+    }
+    // Nothing was deleted from the store: all eight records are there.
+    assert_eq!(service.records(chat).await.unwrap().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_missing_truncated_or_foreign_model_file_is_a_clear_error_and_jarvis_stays_up() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let model = local_model();
