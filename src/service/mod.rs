@@ -14,7 +14,6 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use events::{Attachment, Event, WAITING_MESSAGE};
-pub use reply::PROGRESS_INTERVAL;
 
 use crate::config::{RetrySettings, Settings};
 use crate::llm::Backend;

@@ -2,7 +2,6 @@
 //! made, and end in exactly one state. Only its cancellation token (Stop) cuts it short.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -223,6 +222,3 @@ fn progress_writer(
     });
     (tx, task)
 }
-
-/// How often progress is stored at the latest, by default.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
