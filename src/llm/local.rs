@@ -182,11 +182,7 @@ impl Inner {
             let mut said = String::new();
             let _ = tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut said))
                 .await;
-            let reason = said
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("jarvis-llm: "))
-                .map(|l| l.trim_start_matches("jarvis-llm: ").to_string())
+            let reason = last_words(&said)
                 .unwrap_or_else(|| "the model server stopped while loading".into());
             return Err(format!("{reason}; {INSTALL_HINT}"));
         };
@@ -256,6 +252,15 @@ impl Backend for Local {
     }
 }
 
+/// The server's own account of why it stopped: its last `jarvis-llm: …` line on stderr.
+fn last_words(stderr: &str) -> Option<String> {
+    let prefix = format!("{SERVER_BIN}: ");
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+}
+
 /// Describes a model file with `jarvis-llm --check`, for `jarvis doctor`.
 pub async fn describe(
     model: &Path,
@@ -277,12 +282,7 @@ pub async fn describe(
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
-        let reason = said
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("jarvis-llm: "))
-            .map(|l| l.trim_start_matches("jarvis-llm: ").to_string())
-            .unwrap_or_else(|| "it could not be read".into());
+        let reason = last_words(&said).unwrap_or_else(|| "it could not be read".into());
         return Err(reason);
     }
     serde_json::from_slice(&out.stdout)
