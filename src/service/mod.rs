@@ -17,7 +17,7 @@ pub use events::{Attachment, Event, WAITING_MESSAGE};
 
 use crate::config::{RetrySettings, Settings};
 use crate::llm::Backend;
-use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Role, Store, StoreError};
+use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError};
 use events::ReplyLog;
 
 /// Why the service could not do something.
@@ -334,20 +334,22 @@ impl Actor {
             if store.live_elsewhere(chat)? {
                 return Ok(Start::Busy);
             }
-            let question = match text {
+            let (question, reply) = match text {
                 Some(text) => {
-                    if store.records(chat)?.is_empty() && store.chat(chat)?.title == NEW_CHAT_TITLE
-                    {
-                        store.rename_chat(chat, &title_from(&text))?;
-                    }
-                    store.append_record(chat, Role::User, &text, None)?.id
+                    let title =
+                        (store.chat(chat)?.title == NEW_CHAT_TITLE).then(|| title_from(&text));
+                    let (record, reply) =
+                        store.add_question(chat, &text, title.as_deref(), initial)?;
+                    (record.id, reply)
                 }
                 None => match store.last_reply(chat)? {
-                    Some(last) if last.state.can_retry() => last.question,
+                    Some(last) if last.state.can_retry() => (
+                        last.question,
+                        store.start_reply(chat, last.question, initial)?,
+                    ),
                     _ => return Ok(Start::NothingToRetry),
                 },
             };
-            let reply = store.start_reply(chat, question, initial)?;
             Ok(Start::Started(question, reply.id))
         })
         .await?;

@@ -514,32 +514,36 @@ impl Store {
         question: RecordId,
         state: ReplyState,
     ) -> Result<Reply, StoreError> {
-        let now = now_ms();
         let conn = self.lock();
-        conn.execute(
-            "INSERT INTO replies (chat_id, question_id, state, owner, owner_pid, lease_until, started_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                chat.0,
-                question.0,
-                state.as_str(),
-                owner(),
-                std::process::id(),
-                now + LEASE.as_millis() as i64,
-                now
-            ],
-        )
+        insert_reply(&conn, chat, question, state).map_err(|e| self.err(e))
+    }
+
+    /// Stores a question and starts its reply in one transaction, so a crash never leaves one
+    /// without the other. A chat's first question may also give it `title`.
+    pub fn add_question(
+        &self,
+        chat: ChatId,
+        text: &str,
+        title: Option<&str>,
+        state: ReplyState,
+    ) -> Result<(Record, Reply), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let added = (|| {
+            if let Some(title) = title {
+                tx.execute(
+                    "UPDATE chats SET title = ?2
+                     WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM records WHERE chat_id = ?1)",
+                    params![chat.0, title],
+                )?;
+            }
+            let record = insert_record(&tx, chat, Role::User, text, None)?;
+            let reply = insert_reply(&tx, chat, record.id, state)?;
+            Ok((record, reply))
+        })()
         .map_err(|e| self.err(e))?;
-        Ok(Reply {
-            id: ReplyId(conn.last_insert_rowid()),
-            chat,
-            question,
-            state,
-            text: String::new(),
-            reason: None,
-            started_at: now,
-            ended_at: None,
-        })
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(added)
     }
 
     /// Moves a live reply to another live state (waiting → running).
@@ -747,6 +751,38 @@ fn insert_record(
     })
 }
 
+fn insert_reply(
+    conn: &Connection,
+    chat: ChatId,
+    question: RecordId,
+    state: ReplyState,
+) -> rusqlite::Result<Reply> {
+    let now = now_ms();
+    conn.execute(
+        "INSERT INTO replies (chat_id, question_id, state, owner, owner_pid, lease_until, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            chat.0,
+            question.0,
+            state.as_str(),
+            owner(),
+            std::process::id(),
+            now + LEASE.as_millis() as i64,
+            now
+        ],
+    )?;
+    Ok(Reply {
+        id: ReplyId(conn.last_insert_rowid()),
+        chat,
+        question,
+        state,
+        text: String::new(),
+        reason: None,
+        started_at: now,
+        ended_at: None,
+    })
+}
+
 fn finish_in(
     conn: &Connection,
     reply: ReplyId,
@@ -827,6 +863,37 @@ mod tests {
             .map(|r| r.text)
             .collect();
         assert_eq!(texts, ["q1"]);
+    }
+
+    #[test]
+    fn a_question_and_its_reply_are_stored_together_and_the_first_names_the_chat() {
+        let (_dir, s) = store();
+        let chat = s.create_chat("New chat").unwrap();
+        let (q, r) = s
+            .add_question(
+                chat.id,
+                "What is the capital of France?",
+                Some("Capital of France"),
+                ReplyState::Running,
+            )
+            .unwrap();
+        assert_eq!((r.question, r.state), (q.id, ReplyState::Running));
+        assert_eq!(s.reply(r.id).unwrap().unwrap().question, q.id);
+        assert_eq!(s.chat(chat.id).unwrap().title, "Capital of France");
+        s.add_question(
+            chat.id,
+            "And Germany?",
+            Some("Germany"),
+            ReplyState::Waiting,
+        )
+        .unwrap();
+        assert_eq!(
+            s.chat(chat.id).unwrap().title,
+            "Capital of France",
+            "only the first names it"
+        );
+        assert_eq!(s.records(chat.id).unwrap().len(), 2);
+        assert_eq!(s.replies(chat.id).unwrap().len(), 2);
     }
 
     #[test]
