@@ -260,6 +260,14 @@ impl Default for ReplySettings {
     }
 }
 
+/// Who the user is, for the profile the model sees.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProfileSettings {
+    /// The user's name; the profile block is headed "About {name}" ("About the user" when empty).
+    pub name: String,
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -278,6 +286,8 @@ pub struct Settings {
     pub retry: RetrySettings,
     /// `[replies]`.
     pub replies: ReplySettings,
+    /// `[profile]`.
+    pub profile: ProfileSettings,
 }
 
 impl Settings {

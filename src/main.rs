@@ -63,10 +63,40 @@ enum Command {
     },
     /// Check the settings, the data directory, the backend and its key.
     Doctor,
+    /// The facts Jarvis remembers about you (the profile the model sees): list, add, edit, rm.
+    Facts {
+        #[command(subcommand)]
+        action: Option<FactAction>,
+    },
     /// Store or remove an API key in the OS keyring.
     Key {
         #[command(subcommand)]
         action: KeyAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum FactAction {
+    /// One line per fact: ID<TAB>TEXT (the default).
+    List,
+    /// Remember a fact.
+    Add {
+        /// The fact, e.g. "My dog is called Bruno".
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// Rewrite a fact.
+    Edit {
+        /// The fact's id.
+        id: i64,
+        /// Its new text.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// Forget a fact for good.
+    Rm {
+        /// The fact's id.
+        id: i64,
     },
 }
 
@@ -185,6 +215,29 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Doctor => doctor(&config).await,
         Command::Key { action } => key(action),
+        Command::Facts { action } => {
+            let store = open_store(&config)?;
+            match action.unwrap_or(FactAction::List) {
+                FactAction::List => {
+                    for fact in store.facts()? {
+                        println!("{}\t{}", fact.id, fact.text);
+                    }
+                }
+                FactAction::Add { text } => {
+                    let fact = store.add_fact(&text.join(" "))?;
+                    println!("{}\t{}", fact.id, fact.text);
+                }
+                FactAction::Edit { id, text } => {
+                    let fact = store.edit_fact(id, &text.join(" "))?;
+                    println!("{}\t{}", fact.id, fact.text);
+                }
+                FactAction::Rm { id } => {
+                    store.remove_fact(id)?;
+                    println!("fact {id} forgotten");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -306,3 +306,51 @@ async fn the_interactive_chat_asks_lists_opens_and_quits() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remembered_facts_reach_the_model_as_the_profile_and_can_be_forgotten() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        "[profile]\nname = \"Ada\"\n",
+    )
+    .unwrap();
+    let (code, added, _) =
+        output(jarvis(&dir).args(["facts", "add", "My", "dog", "is", "called", "Bruno"])).await;
+    assert_eq!((code, added.as_str()), (0, "1\tMy dog is called Bruno\n"));
+    output(jarvis(&dir).args(["facts", "add", "I live in Lyon"])).await;
+    let (_, listed, _) = output(jarvis(&dir).arg("facts")).await;
+    assert_eq!(listed, "1\tMy dog is called Bruno\n2\tI live in Lyon\n");
+
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    let (code, _, _) = output(ask.args(["ask", "--new", "hello"])).await;
+    assert_eq!(code, 0);
+    let system = stub.received()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.ends_with("About Ada:\n- My dog is called Bruno\n- I live in Lyon"),
+        "{system}"
+    );
+
+    // Deleting really deletes: the next request no longer carries it.
+    let (code, said, _) = output(jarvis(&dir).args(["facts", "rm", "1"])).await;
+    assert_eq!((code, said.as_str()), (0, "fact 1 forgotten\n"));
+    let (code, _, stderr) = output(jarvis(&dir).args(["facts", "rm", "1"])).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("there is no fact 1"), "{stderr}");
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    output(ask.args(["ask", "--new", "hello again"])).await;
+    let system = stub.received()[1].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !system.contains("Bruno") && system.ends_with("About Ada:\n- I live in Lyon"),
+        "{system}"
+    );
+}

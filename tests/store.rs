@@ -156,3 +156,24 @@ fn a_reply_left_running_by_a_dead_process_is_interrupted_at_the_next_start() {
     assert_eq!(store.mark_interrupted().unwrap(), 0);
     assert!(store.live_elsewhere(chat.id).unwrap());
 }
+
+#[test]
+fn a_database_from_an_older_jarvis_is_upgraded_in_place_keeping_its_chats() {
+    let dir = Dir::new();
+    {
+        // A database as the first release left it: schema 1, one chat.
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        conn.execute_batch(include_str!("../migrations/0001_chats_records_replies.sql"))
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO chats (title, created_at, updated_at) VALUES ('old chat', 0, 0)",
+            [],
+        )
+        .unwrap();
+    }
+    let store = dir.store();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.chats().unwrap()[0].title, "old chat");
+    assert_eq!(store.add_fact("Upgraded").unwrap().text, "Upgraded");
+}

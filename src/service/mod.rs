@@ -63,6 +63,8 @@ pub struct ServiceOptions {
     pub first_token: Duration,
     /// Progress is stored at each sentence end or after this long.
     pub progress: Duration,
+    /// The user's name, for the profile block.
+    pub user_name: String,
 }
 
 impl ServiceOptions {
@@ -72,6 +74,7 @@ impl ServiceOptions {
             retry: settings.retry.clone(),
             first_token: settings.timeouts.first_token(),
             progress: Duration::from_millis(settings.replies.progress_ms.max(1)),
+            user_name: settings.profile.name.clone(),
         }
     }
 }

@@ -128,12 +128,17 @@ impl ReplyJob {
         self.log.push(Event::Running { reply: self.reply });
         let question = self.question;
         let store = self.store.clone();
-        let history = match blocking(move || store.history(question)).await {
-            Ok(history) => history,
-            Err(err) => return Outcome::failed(err),
-        };
-        let request =
-            crate::prompt::build_request(&history, self.backend.model(), self.backend.max_tokens());
+        let (history, facts) =
+            match blocking(move || Ok((store.history(question)?, store.facts()?))).await {
+                Ok(found) => found,
+                Err(err) => return Outcome::failed(err),
+            };
+        let request = crate::prompt::build_request(
+            &history,
+            crate::prompt::system_prompt(&facts, &self.options.user_name),
+            self.backend.model(),
+            self.backend.max_tokens(),
+        );
         let stream = llm::guarded(
             self.backend.clone(),
             request,

@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// The migrations, embedded at compile time and applied in order.
-const MIGRATIONS: &[&str] = &[include_str!(
-    "../../migrations/0001_chats_records_replies.sql"
-)];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_chats_records_replies.sql"),
+    include_str!("../../migrations/0002_facts.sql"),
+];
 
 /// How long a running reply's lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(15);
@@ -57,6 +58,12 @@ pub enum StoreError {
     /// No chat with that id.
     #[error("there is no chat {0}")]
     NoSuchChat(ChatId),
+    /// No fact with that id.
+    #[error("there is no fact {0}")]
+    NoSuchFact(i64),
+    /// An empty fact.
+    #[error("a fact cannot be empty")]
+    EmptyFact,
     /// Any other SQLite error.
     #[error("database error in {path}: {source}")]
     Sqlite {
@@ -236,6 +243,19 @@ pub struct Reply {
     pub started_at: i64,
     /// Unix ms.
     pub ended_at: Option<i64>,
+}
+
+/// A fact the user asked Jarvis to remember.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fact {
+    /// Its id.
+    pub id: i64,
+    /// The fact, as the user would say it.
+    pub text: String,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms of the last edit.
+    pub updated_at: i64,
 }
 
 /// The current time in unix milliseconds.
@@ -654,6 +674,76 @@ impl Store {
             .any(|(pid, lease)| lease.unwrap_or(0) >= now && pid.is_some_and(process_alive)))
     }
 
+    /// Remembers a fact; one already known (whatever its case) is returned as it is.
+    pub fn add_fact(&self, text: &str) -> Result<Fact, StoreError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(StoreError::EmptyFact);
+        }
+        let now = now_ms();
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO facts (text, created_at, updated_at) VALUES (?1, ?2, ?2)
+             ON CONFLICT DO NOTHING",
+            params![text, now],
+        )
+        .map_err(|e| self.err(e))?;
+        conn.query_row(
+            "SELECT id, text, created_at, updated_at FROM facts WHERE lower(text) = lower(?1)",
+            [text],
+            fact_from_row,
+        )
+        .map_err(|e| self.err(e))
+    }
+
+    /// Rewrites a fact.
+    pub fn edit_fact(&self, id: i64, text: &str) -> Result<Fact, StoreError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(StoreError::EmptyFact);
+        }
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE facts SET text = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id, text, now_ms()],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NoSuchFact(id));
+        }
+        conn.query_row(
+            "SELECT id, text, created_at, updated_at FROM facts WHERE id = ?1",
+            [id],
+            fact_from_row,
+        )
+        .map_err(|e| self.err(e))
+    }
+
+    /// Forgets a fact for good.
+    pub fn remove_fact(&self, id: i64) -> Result<(), StoreError> {
+        let n = self
+            .lock()
+            .execute("DELETE FROM facts WHERE id = ?1", [id])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NoSuchFact(id));
+        }
+        Ok(())
+    }
+
+    /// All facts, oldest first.
+    pub fn facts(&self) -> Result<Vec<Fact>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached("SELECT id, text, created_at, updated_at FROM facts ORDER BY id")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], fact_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
+    }
+
     /// Marks replies left running or waiting by a process that is gone (or whose lease ran out) as
     /// interrupted, keeping their text. Returns how many.
     pub fn mark_interrupted(&self) -> Result<usize, StoreError> {
@@ -703,6 +793,15 @@ fn orphans(conn: &Connection) -> rusqlite::Result<Vec<(ReplyId, String)>> {
         .filter(|(_, _, pid, lease)| lease.unwrap_or(0) < now || !pid.is_some_and(process_alive))
         .map(|(id, text, _, _)| (id, text))
         .collect())
+}
+
+fn fact_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Fact> {
+    Ok(Fact {
+        id: row.get(0)?,
+        text: row.get(1)?,
+        created_at: row.get(2)?,
+        updated_at: row.get(3)?,
+    })
 }
 
 fn chat_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {
@@ -894,6 +993,30 @@ mod tests {
         );
         assert_eq!(s.records(chat.id).unwrap().len(), 2);
         assert_eq!(s.replies(chat.id).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn facts_are_kept_once_edited_and_really_deleted() {
+        let (_dir, s) = store();
+        let dog = s.add_fact("My dog is called Bruno").unwrap();
+        assert_eq!(
+            s.add_fact("  my dog is called bruno ").unwrap().id,
+            dog.id,
+            "once"
+        );
+        s.add_fact("I live in Lyon").unwrap();
+        assert!(matches!(s.add_fact("  "), Err(StoreError::EmptyFact)));
+        let edited = s
+            .edit_fact(dog.id, "My dog is called Bruno and he is five")
+            .unwrap();
+        assert_eq!(edited.text, "My dog is called Bruno and he is five");
+        s.remove_fact(dog.id).unwrap();
+        let left: Vec<_> = s.facts().unwrap().into_iter().map(|f| f.text).collect();
+        assert_eq!(left, ["I live in Lyon"]);
+        assert!(matches!(
+            s.remove_fact(dog.id),
+            Err(StoreError::NoSuchFact(_))
+        ));
     }
 
     #[test]
