@@ -63,6 +63,15 @@ enum Command {
     },
     /// Check the settings, the data directory, the backend and its key.
     Doctor,
+    /// Print the exact request the model would get for TEXT (JSON, keys redacted), sending nothing.
+    Request {
+        /// The chat whose history goes with it (default: a new chat).
+        #[arg(long)]
+        chat: Option<i64>,
+        /// The question.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
     /// The facts Jarvis remembers about you (the profile the model sees): list, add, edit, rm.
     Facts {
         #[command(subcommand)]
@@ -215,6 +224,12 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Doctor => doctor(&config).await,
         Command::Key { action } => key(action),
+        Command::Request { chat, text } => {
+            let store = open_store(&config)?;
+            let request = preview(&config, &store, chat.map(ChatId), &text.join(" "))?;
+            println!("{}", serde_json::to_string_pretty(&request)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Facts { action } => {
             let store = open_store(&config)?;
             match action.unwrap_or(FactAction::List) {
@@ -239,6 +254,88 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// What `jarvis request` prints: the backend, URL, headers (keys redacted) and body that a question
+/// would be sent with, built by the same code as a real reply's request.
+fn preview(
+    config: &Config,
+    store: &Store,
+    chat: Option<ChatId>,
+    text: &str,
+) -> Result<serde_json::Value> {
+    use jarvis::store::{Record, RecordId};
+    let s = &config.settings;
+    let mut history = match chat {
+        Some(id) => match store.records(id)?.last() {
+            Some(last) => store.history(last.id)?,
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    history.push(Record {
+        id: RecordId(0),
+        chat: chat.unwrap_or(ChatId(0)),
+        seq: history.len() as i64 + 1,
+        role: Role::User,
+        text: text.to_string(),
+        reply: None,
+        created_at: jarvis::store::now_ms(),
+    });
+    let system = jarvis::prompt::system_prompt(&store.facts()?, &s.profile.name);
+    let key_header = |var: &str| match config::find_key(var, &env) {
+        Some(_) => "<redacted>".to_string(),
+        None => format!("<missing: set {var}>"),
+    };
+    let (url, headers, body) = match s.backend {
+        BackendKind::Anthropic => {
+            let request = jarvis::prompt::build_request(
+                &history,
+                system,
+                &s.anthropic.model,
+                s.anthropic.max_tokens,
+            );
+            (
+                format!("{}/v1/messages", s.anthropic.base_url.trim_end_matches('/')),
+                serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
+                llm::anthropic::body(&request),
+            )
+        }
+        BackendKind::Openai => {
+            let request = jarvis::prompt::build_request(
+                &history,
+                system,
+                &s.openai.model,
+                s.openai.max_tokens,
+            );
+            let headers = if s.openai.requires_key {
+                serde_json::json!({"authorization": format!("Bearer {}", key_header("OPENAI_API_KEY"))})
+            } else {
+                serde_json::json!({})
+            };
+            (
+                format!(
+                    "{}/chat/completions",
+                    s.openai.base_url.trim_end_matches('/')
+                ),
+                headers,
+                llm::openai::body(&request, &s.openai),
+            )
+        }
+        BackendKind::Local => {
+            let model = config.local_model_path();
+            let wire =
+                llm::local::wire_settings(&s.local, &model, "http://127.0.0.1:<port>/v1".into());
+            let request =
+                jarvis::prompt::build_request(&history, system, &wire.model, wire.max_tokens);
+            (
+                format!("{}/chat/completions", wire.base_url),
+                serde_json::json!({}),
+                llm::openai::body(&request, &wire),
+            )
+        }
+    };
+    Ok(serde_json::json!({"backend": s.backend, "url": url, "headers": headers, "body": body}))
 }
 
 fn key(action: KeyAction) -> Result<ExitCode> {

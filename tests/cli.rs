@@ -354,3 +354,59 @@ async fn remembered_facts_reach_the_model_as_the_profile_and_can_be_forgotten() 
         "{system}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn request_prints_exactly_what_the_model_would_get_and_sends_nothing() {
+    const KEY: &str = "sk-ant-never-printed-42";
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    output(ask.args(["ask", "--new", "first question"])).await;
+    output(jarvis(&dir).args(["facts", "add", "I like tea"])).await;
+
+    let (code, printed, stderr) = output(
+        jarvis(&dir)
+            .env("JARVIS_BACKEND", "anthropic")
+            .env("ANTHROPIC_BASE_URL", stub.anthropic_url())
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(["request", "--chat", "1", "and", "a", "second"]),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!printed.contains(KEY), "the key is redacted");
+    let shown: serde_json::Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(
+        shown["url"],
+        format!("{}/v1/messages", stub.anthropic_url())
+    );
+    assert_eq!(shown["headers"]["x-api-key"], "<redacted>");
+    let body = &shown["body"];
+    assert!(body["system"]
+        .as_str()
+        .unwrap()
+        .ends_with("About the user:\n- I like tea"));
+    let messages: Vec<(String, String)> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().into(),
+                m["content"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            ("user".to_string(), "first question".to_string()),
+            ("assistant".into(), "You said: first question".into()),
+            ("user".into(), "and a second".into()),
+        ]
+    );
+    // Nothing was sent or stored.
+    assert_eq!(stub.received().len(), 1);
+    let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert!(!shown.contains("and a second"));
+}

@@ -194,19 +194,7 @@ impl Inner {
             }
         });
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let openai = OpenAiSettings {
-            base_url: url,
-            model: self
-                .model
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            max_tokens: self.settings.max_tokens,
-            requires_key: false,
-            temperature: Some(self.settings.temperature),
-            top_p: Some(self.settings.top_p),
-            seed: self.settings.seed,
-        };
+        let openai = wire_settings(&self.settings, &self.model, url);
         let backend = OpenAi::new(BackendKind::Local, openai, None, &self.timeouts, 1)
             .map_err(|e| e.to_string())?;
         tracing::info!(model = %self.model.display(), "local model server started");
@@ -249,6 +237,22 @@ impl Backend for Local {
                 yield event;
             }
         })
+    }
+}
+
+/// The OpenAI-compatible settings the local model server is spoken to with.
+pub fn wire_settings(settings: &LocalSettings, model: &Path, base_url: String) -> OpenAiSettings {
+    OpenAiSettings {
+        base_url,
+        model: model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        max_tokens: settings.max_tokens,
+        requires_key: false,
+        temperature: Some(settings.temperature),
+        top_p: Some(settings.top_p),
+        seed: settings.seed,
     }
 }
 
