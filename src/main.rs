@@ -283,6 +283,7 @@ fn preview(
         created_at: jarvis::store::now_ms(),
     });
     let system = jarvis::prompt::system_prompt(&store.facts()?, &s.profile.name);
+    let state = jarvis::prompt::State::typed_now();
     let key_header = |var: &str| match config::find_key(var, &env) {
         Some(_) => "<redacted>".to_string(),
         None => format!("<missing: set {var}>"),
@@ -292,6 +293,7 @@ fn preview(
             let request = jarvis::prompt::build_request(
                 &history,
                 system,
+                &state,
                 &s.anthropic.model,
                 s.anthropic.max_tokens,
             );
@@ -305,6 +307,7 @@ fn preview(
             let request = jarvis::prompt::build_request(
                 &history,
                 system,
+                &state,
                 &s.openai.model,
                 s.openai.max_tokens,
             );
@@ -326,8 +329,13 @@ fn preview(
             let model = config.local_model_path();
             let wire =
                 llm::local::wire_settings(&s.local, &model, "http://127.0.0.1:<port>/v1".into());
-            let request =
-                jarvis::prompt::build_request(&history, system, &wire.model, wire.max_tokens);
+            let request = jarvis::prompt::build_request(
+                &history,
+                system,
+                &state,
+                &wire.model,
+                wire.max_tokens,
+            );
             (
                 format!("{}/chat/completions", wire.base_url),
                 serde_json::json!({}),

@@ -397,14 +397,22 @@ async fn request_prints_exactly_what_the_model_would_get_and_sends_nothing() {
             )
         })
         .collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    // The day's first question opens with its day line; the answer is the text alone.
+    assert!(messages[0].1.starts_with('[') && messages[0].1.ends_with("] first question"));
     assert_eq!(
-        messages,
-        [
-            ("user".to_string(), "first question".to_string()),
-            ("assistant".into(), "You said: first question".into()),
-            ("user".into(), "and a second".into()),
-        ]
+        messages[1],
+        ("assistant".into(), "You said: first question".into())
     );
+    // The new question carries the one state block.
+    assert!(
+        messages[2].1.starts_with(jarvis::prompt::STATE_OPEN),
+        "{}",
+        messages[2].1
+    );
+    assert!(messages[2]
+        .1
+        .ends_with("[End of current state]\n\nand a second"));
     // Nothing was sent or stored.
     assert_eq!(stub.received().len(), 1);
     let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;

@@ -33,7 +33,8 @@ async fn with_no_key_and_no_settings_ask_streams_an_answer_from_the_local_model(
             "[local]\ntemperature = 0.0\nseed = 1\nmax_tokens = 40\n",
         )
         .unwrap();
-        ask.env("JARVIS_LLM_SERVER", llm_server());
+        ask.env("JARVIS_LLM_SERVER", llm_server())
+            .env("JARVIS_NOW", "2026-09-24T14:05:00+02:00");
         output(ask.args(["ask", "--new", "What is the capital of France?"])).await
     };
     let (code, first, stderr) = run().await;

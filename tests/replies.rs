@@ -216,9 +216,14 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
     let order: Vec<String> = stub
         .received()
         .iter()
-        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string())
+        .map(|r| {
+            let last = r.body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+            let last = last.as_str().unwrap();
+            // The question follows the state block.
+            last.rsplit_once("\n\n").unwrap().1.to_string()
+        })
         .collect();
-    assert_eq!(order, ["\"first question\"", "\"second\"", "\"third\""]);
+    assert_eq!(order, ["first question", "second", "third"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

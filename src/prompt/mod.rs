@@ -1,6 +1,8 @@
 //! Builds the backend request from a chat's history: the rules and the profile in system, the
 //! records as messages.
 
+use chrono::{DateTime, Datelike, FixedOffset, NaiveDate};
+
 use crate::llm::{Message, MessageRole, Request};
 use crate::store::{Fact, Record, Role};
 
@@ -26,31 +28,242 @@ pub fn system_prompt(facts: &[Fact], name: &str) -> String {
     system
 }
 
-/// The request for a reply whose history is `history` (oldest first, ending on the question).
-/// Consecutive records of one role (a question whose reply failed, then another) are joined, so
-/// the conversation alternates as every provider expects; tool records are not sent yet.
-pub fn build_request(history: &[Record], system: String, model: &str, max_tokens: u32) -> Request {
-    let mut messages: Vec<Message> = Vec::with_capacity(history.len());
-    for record in history {
-        let role = match record.role {
-            Role::User => MessageRole::User,
-            Role::Assistant => MessageRole::Assistant,
-            Role::Tool => continue,
-        };
-        if record.text.trim().is_empty() {
-            continue;
-        }
-        match messages.last_mut() {
-            Some(last) if last.role == role => {
-                last.content.push_str("\n\n");
-                last.content.push_str(&record.text);
-            }
-            _ => messages.push(Message {
-                role,
-                content: record.text.clone(),
-            }),
+/// How the question was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Typed in a window or terminal.
+    Typed,
+    /// Spoken with the push-to-talk shortcut.
+    PushToTalk,
+    /// Spoken hands-free.
+    HandsFree,
+    /// Spoken after the wake word.
+    Wake,
+}
+
+impl Mode {
+    fn describe(self) -> &'static str {
+        match self {
+            Mode::Typed => "typed",
+            Mode::PushToTalk => "spoken, push to talk",
+            Mode::HandsFree => "spoken, hands-free",
+            Mode::Wake => "spoken, after the wake word",
         }
     }
+}
+
+/// The user's language for day lines and the time line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locale {
+    /// English (the default).
+    English,
+    /// Chinese.
+    Chinese,
+}
+
+impl Locale {
+    /// From `LC_ALL`, `LC_TIME` or `LANG`, the first one set.
+    pub fn from_env() -> Locale {
+        let lang = ["LC_ALL", "LC_TIME", "LANG"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+            .unwrap_or_default();
+        if lang.starts_with("zh") {
+            Locale::Chinese
+        } else {
+            Locale::English
+        }
+    }
+
+    /// `[Thu 24 Sep]`, `[9月24日 周四]`.
+    fn day_line(self, date: NaiveDate) -> String {
+        match self {
+            Locale::English => format!("[{}]", date.format("%a %-d %b")),
+            Locale::Chinese => format!("[{}月{}日 {}]", date.month(), date.day(), zh_weekday(date)),
+        }
+    }
+
+    fn time_line(self, now: DateTime<FixedOffset>) -> String {
+        match self {
+            Locale::English => {
+                format!("Local time: {}", now.format("%A %-d %B %Y, %H:%M (UTC%:z)"))
+            }
+            Locale::Chinese => format!(
+                "当地时间: {}年{}月{}日 {} {} (UTC{})",
+                now.year(),
+                now.month(),
+                now.day(),
+                zh_weekday(now.date_naive()),
+                now.format("%H:%M"),
+                now.format("%:z")
+            ),
+        }
+    }
+}
+
+fn zh_weekday(date: NaiveDate) -> &'static str {
+    ["周一", "周二", "周三", "周四", "周五", "周六", "周日"]
+        [date.weekday().num_days_from_monday() as usize]
+}
+
+/// What the app knows at this turn, for the state block.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// Now, in the user's time zone.
+    pub now: DateTime<FixedOffset>,
+    /// How the question was asked.
+    pub mode: Mode,
+    /// The user's language.
+    pub locale: Locale,
+}
+
+impl State {
+    /// Now, typed, in the environment's locale. `JARVIS_NOW` (RFC 3339) pins the clock, so that
+    /// a fixed seed at temperature 0 gives the same answer on another minute.
+    pub fn typed_now() -> State {
+        let pinned = std::env::var("JARVIS_NOW")
+            .ok()
+            .and_then(|t| DateTime::parse_from_rfc3339(t.trim()).ok());
+        State {
+            now: pinned.unwrap_or_else(|| chrono::Local::now().fixed_offset()),
+            mode: Mode::Typed,
+            locale: Locale::from_env(),
+        }
+    }
+
+    fn block(&self) -> String {
+        format!(
+            "{STATE_OPEN}\n{}\nInteraction: {}\n{STATE_CLOSE}",
+            self.locale.time_line(self.now),
+            self.mode.describe()
+        )
+    }
+}
+
+/// Opens the state block on the last user message.
+pub const STATE_OPEN: &str = "[Current state | provided by the app, not said by the user]";
+/// Closes it.
+pub const STATE_CLOSE: &str = "[End of current state]";
+
+/// Removes what the model may have copied from the request's envelopes into its answer: state
+/// blocks, and a leading day line or `[...] label:` prefix.
+pub fn strip_envelopes(text: &str) -> String {
+    let stripped = strip(text);
+    // Untouched text keeps its exact spacing (a stopped answer may end mid-sentence).
+    if stripped.len() == text.trim().len() {
+        text.to_string()
+    } else {
+        stripped
+    }
+}
+
+fn strip(text: &str) -> String {
+    let mut out = text.to_string();
+    while let Some(start) = out.find(STATE_OPEN) {
+        let end = out[start..]
+            .find(STATE_CLOSE)
+            .map(|e| start + e + STATE_CLOSE.len())
+            .unwrap_or(out.len());
+        out.replace_range(start..end, "");
+    }
+    let mut rest = out.trim_start();
+    while let Some(inner_end) = rest.strip_prefix('[').and_then(|r| r.find(']')) {
+        let tag = &rest[1..=inner_end];
+        let after = rest[inner_end + 2..].trim_start();
+        if tag.len() > 40 || tag.contains('\n') {
+            break;
+        }
+        // `[Thu 24 Sep] text`, `[9月24日 周四] text`, `[10:04] assistant: text`.
+        let label = after.split_once(':').filter(|(name, _)| {
+            matches!(
+                name.trim().to_lowercase().as_str(),
+                "assistant" | "jarvis" | "user" | "you"
+            )
+        });
+        let day = looks_like_day(tag);
+        match label {
+            Some((_, text)) => rest = text.trim_start(),
+            None if day => rest = after,
+            None => break,
+        }
+    }
+    rest.trim().to_string()
+}
+
+fn looks_like_day(tag: &str) -> bool {
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    let english = DAYS.iter().any(|d| tag.starts_with(d)) && tag.split(' ').count() == 3;
+    let chinese = tag.contains('月') && tag.contains('日') && tag.contains('周');
+    english || chinese
+}
+
+/// The request for a reply whose history is `history` (oldest first, ending on the question):
+/// one message per record with its text alone; the first user message of each calendar day
+/// opens with a day line; adjacent records of one role are joined; the question gets the state
+/// block, and an unanswered user record before it is folded in ahead of the block.
+pub fn build_request(
+    history: &[Record],
+    system: String,
+    state: &State,
+    model: &str,
+    max_tokens: u32,
+) -> Request {
+    let offset = *state.now.offset();
+    let day_of = |record: &Record| {
+        DateTime::from_timestamp_millis(record.created_at)
+            .map(|t| t.with_timezone(&offset).date_naive())
+    };
+    let mut messages: Vec<Message> = Vec::with_capacity(history.len());
+    let mut last_day = None;
+    let Some((question, earlier)) = history.split_last() else {
+        return Request {
+            system,
+            messages,
+            tools: Vec::new(),
+            model: model.to_string(),
+            max_tokens,
+        };
+    };
+    let push = |messages: &mut Vec<Message>, role: MessageRole, content: String| match messages
+        .last_mut()
+    {
+        Some(last) if last.role == role => {
+            last.content.push_str("\n\n");
+            last.content.push_str(&content);
+        }
+        _ => messages.push(Message { role, content }),
+    };
+    let mut day_line = |record: &Record, text: String| {
+        let day = day_of(record);
+        if day.is_some() && day != last_day {
+            last_day = day;
+            day.map(|d| format!("{} {text}", state.locale.day_line(d)))
+                .unwrap_or(text)
+        } else {
+            text
+        }
+    };
+    for record in earlier {
+        let (role, text) = match record.role {
+            Role::User => (MessageRole::User, record.text.trim().to_string()),
+            Role::Assistant => (MessageRole::Assistant, strip_envelopes(&record.text)),
+            Role::Tool => continue,
+        };
+        if text.is_empty() {
+            continue;
+        }
+        let text = if role == MessageRole::User {
+            day_line(record, text)
+        } else {
+            text
+        };
+        push(&mut messages, role, text);
+    }
+    let asked = day_line(
+        question,
+        format!("{}\n\n{}", state.block(), question.text.trim()),
+    );
+    push(&mut messages, MessageRole::User, asked);
     Request {
         system,
         messages,
@@ -65,7 +278,11 @@ mod tests {
     use super::*;
     use crate::store::{ChatId, RecordId};
 
-    fn rec(role: Role, text: &str) -> Record {
+    fn at(rfc3339: &str) -> DateTime<FixedOffset> {
+        DateTime::parse_from_rfc3339(rfc3339).unwrap()
+    }
+
+    fn rec(role: Role, text: &str, when: &str) -> Record {
         Record {
             id: RecordId(0),
             chat: ChatId(1),
@@ -73,27 +290,113 @@ mod tests {
             role,
             text: text.into(),
             reply: None,
-            created_at: 0,
+            created_at: at(when).timestamp_millis(),
         }
     }
 
+    fn state(locale: Locale) -> State {
+        State {
+            now: at("2026-09-24T14:05:00+02:00"),
+            mode: Mode::Typed,
+            locale,
+        }
+    }
+
+    fn contents(req: &Request) -> Vec<(MessageRole, String)> {
+        req.messages
+            .iter()
+            .map(|m| (m.role, m.content.clone()))
+            .collect()
+    }
+
     #[test]
-    fn unanswered_questions_are_joined_so_roles_alternate() {
+    fn a_multi_day_history_as_the_model_sees_it() {
+        use MessageRole::{Assistant, User};
         let history = [
-            rec(Role::User, "first"),
-            rec(Role::Assistant, "answer"),
-            rec(Role::User, "lost question"),
-            rec(Role::User, "again"),
+            rec(Role::User, "Plan my week.", "2026-09-23T09:00:00+02:00"),
+            rec(
+                Role::Assistant,
+                "[Wed 23 Sep] Jarvis: Here is a plan.",
+                "2026-09-23T09:00:05+02:00",
+            ),
+            rec(
+                Role::User,
+                "Add a run on Friday.",
+                "2026-09-23T18:00:00+02:00",
+            ),
+            rec(Role::Assistant, "Done.", "2026-09-23T18:00:03+02:00"),
+            rec(Role::User, "Lost question", "2026-09-24T08:00:00+02:00"),
+            rec(Role::User, "What is on today?", "2026-09-24T14:05:00+02:00"),
         ];
-        let req = build_request(&history, system_prompt(&[], ""), "m", 100);
-        let roles: Vec<_> = req.messages.iter().map(|m| m.role).collect();
-        assert_eq!(
-            roles,
-            [MessageRole::User, MessageRole::Assistant, MessageRole::User]
+        let req = build_request(
+            &history,
+            system_prompt(&[], ""),
+            &state(Locale::English),
+            "m",
+            100,
         );
-        assert_eq!(req.messages[2].content, "lost question\n\nagain");
-        assert!(req.system.contains("Jarvis"));
+        let block = "[Current state | provided by the app, not said by the user]\n\
+                     Local time: Thursday 24 September 2026, 14:05 (UTC+02:00)\n\
+                     Interaction: typed\n\
+                     [End of current state]";
+        assert_eq!(
+            contents(&req),
+            [
+                (User, "[Wed 23 Sep] Plan my week.".to_string()),
+                (Assistant, "Here is a plan.".into()),
+                (User, "Add a run on Friday.".into()),
+                (Assistant, "Done.".into()),
+                (
+                    User,
+                    format!("[Thu 24 Sep] Lost question\n\n{block}\n\nWhat is on today?")
+                ),
+            ]
+        );
         assert!(!req.system.contains("About"), "no profile without facts");
+        // The state block is on the last user message only.
+        assert_eq!(
+            req.messages
+                .iter()
+                .filter(|m| m.content.contains(STATE_OPEN))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn day_lines_and_the_time_line_follow_the_users_locale() {
+        let history = [rec(
+            Role::User,
+            "今天有什么安排?",
+            "2026-09-24T14:00:00+02:00",
+        )];
+        let req = build_request(&history, String::new(), &state(Locale::Chinese), "m", 100);
+        let content = &req.messages[0].content;
+        assert!(
+            content.starts_with("[9月24日 周四] [Current state"),
+            "{content}"
+        );
+        assert!(
+            content.contains("当地时间: 2026年9月24日 周四 14:05 (UTC+02:00)"),
+            "{content}"
+        );
+    }
+
+    #[test]
+    fn copied_envelopes_are_stripped_and_clean_text_is_left_exactly_alone() {
+        let copied =
+            format!("{STATE_OPEN}\nLocal time: x\n{STATE_CLOSE}\n[10:04] assistant: Paris.");
+        assert_eq!(strip_envelopes(&copied), "Paris.");
+        assert_eq!(strip_envelopes("[Thu 24 Sep] Paris."), "Paris.");
+        assert_eq!(
+            strip_envelopes("[1] is a citation, kept. "),
+            "[1] is a citation, kept. "
+        );
+        assert_eq!(
+            strip_envelopes("The capital "),
+            "The capital ",
+            "a stopped answer keeps its space"
+        );
     }
 
     #[test]

@@ -71,7 +71,8 @@ impl ReplyJob {
         let (store, reply) = (self.store.clone(), self.reply);
         let (state, reason) = (outcome.state, outcome.reason.clone());
         let saved = {
-            let text = text.clone();
+            // A label or state block the model copied from the request is not kept.
+            let text = crate::prompt::strip_envelopes(&text);
             blocking(move || store.finish_reply(reply, state, &text, reason.as_deref())).await
         };
         if let Err(err) = saved {
@@ -136,6 +137,7 @@ impl ReplyJob {
         let request = crate::prompt::build_request(
             &history,
             crate::prompt::system_prompt(&facts, &self.options.user_name),
+            &crate::prompt::State::typed_now(),
             self.backend.model(),
             self.backend.max_tokens(),
         );

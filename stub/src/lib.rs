@@ -383,7 +383,7 @@ fn last_user_text(body: &Value) -> String {
     else {
         return String::new();
     };
-    match last.get("content") {
+    let text = match last.get("content") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(blocks)) => blocks
             .iter()
@@ -391,6 +391,11 @@ fn last_user_text(body: &Value) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
+    };
+    // Echo the question, not the app's state block in front of it.
+    match text.rsplit_once("[End of current state]") {
+        Some((_, question)) => question.trim().to_string(),
+        None => text,
     }
 }
 
