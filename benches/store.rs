@@ -102,6 +102,7 @@ fn main() {
         .id;
     let mut loads = Vec::new();
     let mut histories = Vec::new();
+    let mut assemblies = Vec::new();
     for _ in 0..ROUNDS * 2 {
         let started = Instant::now();
         let records = store.records(big.id).expect("load");
@@ -111,6 +112,17 @@ fn main() {
         let history = store.history(last).expect("history");
         histories.push(started.elapsed().as_secs_f64() * 1e3);
         assert_eq!(history.len(), LOAD_RECORDS);
+        let started = Instant::now();
+        let system = jarvis::prompt::system_prompt(&store.facts().expect("facts"), "");
+        let request = jarvis::prompt::build_request(
+            &history,
+            system,
+            &jarvis::prompt::State::typed_now(),
+            "model",
+            1024,
+        );
+        assemblies.push(started.elapsed().as_secs_f64() * 1e3);
+        assert!(!request.messages.is_empty());
     }
 
     let store_rate = median(store_rates);
@@ -138,5 +150,9 @@ fn main() {
     println!(
         "| build its history (`history`, superseded answers left out) | {:.1} ms |",
         median(histories)
+    );
+    println!(
+        "| assemble its request from that history (`build_request`) | {:.1} ms |",
+        median(assemblies)
     );
 }
