@@ -61,6 +61,19 @@ enum Command {
         /// The chat.
         chat: i64,
     },
+    /// Rename a chat.
+    Rename {
+        /// The chat.
+        chat: i64,
+        /// Its new title.
+        #[arg(required = true, num_args = 1..)]
+        title: Vec<String>,
+    },
+    /// Delete a chat and everything in it (refused while it is replying).
+    Rm {
+        /// The chat.
+        chat: i64,
+    },
     /// Check the settings, the data directory, the backend and its key.
     Doctor,
     /// Print the exact request the model would get for TEXT (JSON, keys redacted), sending nothing.
@@ -223,6 +236,19 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor(&config).await,
+        Command::Rename { chat, title } => {
+            open_store(&config)?.rename_chat(ChatId(chat), title.join(" ").trim())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Rm { chat } => {
+            if open_store(&config)?.delete_chat(ChatId(chat))? {
+                println!("chat {chat} deleted");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("jarvis: chat {chat} is replying in another Jarvis; stop it first");
+                Ok(ExitCode::from(EXIT_BUSY))
+            }
+        }
         Command::Key { action } => key(action),
         Command::Request { chat, text } => {
             let store = open_store(&config)?;

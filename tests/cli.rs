@@ -418,3 +418,23 @@ async fn request_prints_exactly_what_the_model_would_get_and_sends_nothing() {
     let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
     assert!(!shown.contains("and a second"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chats_are_renamed_and_deleted_from_the_command_line() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    output(ask.args(["ask", "--new", "hello"])).await;
+    let (code, _, _) = output(jarvis(&dir).args(["rename", "1", "Greetings"])).await;
+    assert_eq!(code, 0);
+    let (_, chats, _) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(chats, "1\tdone\tGreetings\n");
+    let (code, said, _) = output(jarvis(&dir).args(["rm", "1"])).await;
+    assert_eq!((code, said.as_str()), (0, "chat 1 deleted\n"));
+    let (_, chats, _) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(chats, "");
+    let (code, _, stderr) = output(jarvis(&dir).args(["rm", "1"])).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("there is no chat 1"), "{stderr}");
+}

@@ -363,3 +363,47 @@ async fn a_failed_reply_can_be_tried_again_and_its_partial_answer_is_not_resent(
     // A done reply is not tried again.
     assert!(service.retry(chat).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replying_chat_is_not_deleted_and_an_idle_one_is_deleted_whole() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(ANSWER)
+            .deltas_of(4)
+            .paced(Duration::from_millis(10)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "question").await;
+    assert!(matches!(
+        service.delete_chat(chat).await,
+        Err(AskError::Busy(_))
+    ));
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(
+        (text_of(&events).as_str(), ending(&events).0),
+        (ANSWER, ReplyState::Done),
+        "untouched"
+    );
+
+    service
+        .rename_chat(chat, "  Geography ".into())
+        .await
+        .unwrap();
+    assert_eq!(service.chats().await.unwrap()[0].title, "Geography");
+    service.delete_chat(chat).await.unwrap();
+    assert!(service.chats().await.unwrap().is_empty());
+    assert!(service.records(chat).await.unwrap().is_empty());
+    assert!(
+        service.store().reply(reply).unwrap().is_none(),
+        "its replies went with it"
+    );
+    assert!(service.attach(chat).await.is_err(), "it is gone");
+    let ended = tokio::time::timeout(LIMIT, attachment.next())
+        .await
+        .unwrap();
+    assert!(
+        ended.is_none(),
+        "a window attached to it sees its attachment end"
+    );
+}

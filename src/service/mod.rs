@@ -97,6 +97,10 @@ pub(crate) enum Command {
         chat: ChatId,
         respond: oneshot::Sender<bool>,
     },
+    Delete {
+        chat: ChatId,
+        respond: oneshot::Sender<Result<(), AskError>>,
+    },
     Finished {
         chat: ChatId,
         reply: ReplyId,
@@ -189,6 +193,19 @@ impl Service {
         Ok(blocking(move || store.create_chat(&title)).await?)
     }
 
+    /// Renames a chat.
+    pub async fn rename_chat(&self, chat: ChatId, title: String) -> Result<(), ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.rename_chat(chat, title.trim())).await?)
+    }
+
+    /// Deletes a chat and everything in it; refused while it is replying (stop it first).
+    /// Windows attached to it see their attachment end.
+    pub async fn delete_chat(&self, chat: ChatId) -> Result<(), AskError> {
+        self.call(|respond| Command::Delete { chat, respond })
+            .await?
+    }
+
     /// All chats, newest first, each with its latest reply's state.
     pub async fn chats(&self) -> Result<Vec<Chat>, ServiceError> {
         let store = self.store.clone();
@@ -277,6 +294,9 @@ impl Actor {
                     };
                     let _ = respond.send(stopped);
                 }
+                Command::Delete { chat, respond } => {
+                    let _ = respond.send(self.delete(chat).await);
+                }
                 Command::Finished { chat, reply } => {
                     if let Some(state) = self.chats.get_mut(&chat) {
                         if state.running.as_ref().is_some_and(|r| r.reply == reply) {
@@ -308,6 +328,24 @@ impl Actor {
             self.chats.insert(chat, state);
         }
         Ok(self.chats.get_mut(&chat).expect("inserted above"))
+    }
+
+    async fn delete(&mut self, chat: ChatId) -> Result<(), AskError> {
+        let replying = self
+            .chats
+            .get(&chat)
+            .and_then(|c| c.running.as_ref())
+            .is_some_and(|r| !r.log.is_closed());
+        if replying {
+            return Err(AskError::Busy(chat));
+        }
+        let store = self.store.clone();
+        if !blocking(move || store.delete_chat(chat)).await? {
+            return Err(AskError::Busy(chat)); // replying in another process
+        }
+        // Dropping its hub ends every attachment to it.
+        self.chats.remove(&chat);
+        Ok(())
     }
 
     async fn attach(&mut self, chat: ChatId) -> Result<Attachment, ServiceError> {

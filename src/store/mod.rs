@@ -445,6 +445,22 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes a chat with its records and replies, unless a live reply in another process is
+    /// writing to it (`Ok(false)`).
+    pub fn delete_chat(&self, chat: ChatId) -> Result<bool, StoreError> {
+        if self.live_elsewhere(chat)? {
+            return Ok(false);
+        }
+        let n = self
+            .lock()
+            .execute("DELETE FROM chats WHERE id = ?1", [chat.0])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NoSuchChat(chat));
+        }
+        Ok(true)
+    }
+
     /// All chats, newest first.
     pub fn chats(&self) -> Result<Vec<Chat>, StoreError> {
         let conn = self.lock();
