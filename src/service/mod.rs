@@ -285,12 +285,12 @@ impl Actor {
                     let _ = respond.send(self.attach(chat).await);
                 }
                 Command::Stop { chat, respond } => {
-                    let stopped = match self.chats.get(&chat).and_then(|c| c.running.as_ref()) {
-                        Some(running) if !running.log.is_closed() => {
+                    let stopped = match self.replying(chat) {
+                        Some(running) => {
                             running.cancel.cancel();
                             true
                         }
-                        _ => false,
+                        None => false,
                     };
                     let _ = respond.send(stopped);
                 }
@@ -330,13 +330,17 @@ impl Actor {
         Ok(self.chats.get_mut(&chat).expect("inserted above"))
     }
 
-    async fn delete(&mut self, chat: ChatId) -> Result<(), AskError> {
-        let replying = self
-            .chats
+    /// The chat's reply that is still being written, if any (an ended one may linger until its
+    /// `Finished` arrives).
+    fn replying(&self, chat: ChatId) -> Option<&Running> {
+        self.chats
             .get(&chat)
             .and_then(|c| c.running.as_ref())
-            .is_some_and(|r| !r.log.is_closed());
-        if replying {
+            .filter(|r| !r.log.is_closed())
+    }
+
+    async fn delete(&mut self, chat: ChatId) -> Result<(), AskError> {
+        if self.replying(chat).is_some() {
             return Err(AskError::Busy(chat));
         }
         let store = self.store.clone();
@@ -355,13 +359,8 @@ impl Actor {
 
     /// Starts a reply: to a new question (`Some(text)`) or again to the last one (`None`).
     async fn ask(&mut self, chat: ChatId, text: Option<String>) -> Result<ReplyId, AskError> {
-        let busy = self
-            .chat_state(chat)
-            .await?
-            .running
-            .as_ref()
-            .is_some_and(|r| !r.log.is_closed());
-        if busy {
+        self.chat_state(chat).await?;
+        if self.replying(chat).is_some() {
             return Err(AskError::Busy(chat));
         }
         let permit = self.permits.clone().try_acquire_owned().ok();
