@@ -314,58 +314,32 @@ fn preview(
         Some(_) => "<redacted>".to_string(),
         None => format!("<missing: set {var}>"),
     };
+    let build = |model: &str, max_tokens: u32| {
+        jarvis::prompt::build_request(&history, system.clone(), &state, model, max_tokens)
+    };
     let (url, headers, body) = match s.backend {
-        BackendKind::Anthropic => {
-            let request = jarvis::prompt::build_request(
-                &history,
-                system,
-                &state,
-                &s.anthropic.model,
-                s.anthropic.max_tokens,
-            );
-            (
-                format!("{}/v1/messages", s.anthropic.base_url.trim_end_matches('/')),
-                serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
-                llm::anthropic::body(&request),
-            )
-        }
-        BackendKind::Openai => {
-            let request = jarvis::prompt::build_request(
-                &history,
-                system,
-                &state,
-                &s.openai.model,
-                s.openai.max_tokens,
-            );
-            let headers = if s.openai.requires_key {
+        BackendKind::Anthropic => (
+            llm::anthropic::url(&s.anthropic.base_url),
+            serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
+            llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)),
+        ),
+        BackendKind::Openai => (
+            llm::openai::url(&s.openai.base_url),
+            if s.openai.requires_key {
                 serde_json::json!({"authorization": format!("Bearer {}", key_header("OPENAI_API_KEY"))})
             } else {
                 serde_json::json!({})
-            };
-            (
-                format!(
-                    "{}/chat/completions",
-                    s.openai.base_url.trim_end_matches('/')
-                ),
-                headers,
-                llm::openai::body(&request, &s.openai),
-            )
-        }
+            },
+            llm::openai::body(&build(&s.openai.model, s.openai.max_tokens), &s.openai),
+        ),
         BackendKind::Local => {
             let model = config.local_model_path();
             let wire =
                 llm::local::wire_settings(&s.local, &model, "http://127.0.0.1:<port>/v1".into());
-            let request = jarvis::prompt::build_request(
-                &history,
-                system,
-                &state,
-                &wire.model,
-                wire.max_tokens,
-            );
             (
-                format!("{}/chat/completions", wire.base_url),
+                llm::openai::url(&wire.base_url),
                 serde_json::json!({}),
-                llm::openai::body(&request, &wire),
+                llm::openai::body(&build(&wire.model, wire.max_tokens), &wire),
             )
         }
     };

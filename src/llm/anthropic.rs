@@ -43,6 +43,11 @@ impl Anthropic {
     }
 }
 
+/// Where Messages API requests go for a base URL.
+pub fn url(base_url: &str) -> String {
+    format!("{}/v1/messages", base_url.trim_end_matches('/'))
+}
+
 /// The request body for the Messages API.
 pub fn body(request: &Request) -> Value {
     let messages: Vec<Value> = request
@@ -90,12 +95,8 @@ impl Backend for Anthropic {
     }
 
     fn stream(&self, request: Request) -> EventStream {
-        let url = format!(
-            "{}/v1/messages",
-            self.settings.base_url.trim_end_matches('/')
-        );
         self.transport.post(
-            url,
+            url(&self.settings.base_url),
             self.headers.clone(),
             &body(&request),
             MessagesDecoder::default(),

@@ -88,10 +88,7 @@ impl Local {
         let settings = config.settings.local.clone();
         let model = config.local_model_path();
         Local {
-            model_name: model
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| settings.model.clone()),
+            model_name: model_name(&model),
             max_tokens: settings.max_tokens,
             inner: Arc::new(Inner {
                 settings,
@@ -240,14 +237,19 @@ impl Backend for Local {
     }
 }
 
+/// The name a local model goes by in requests: its file's stem.
+pub fn model_name(model: &Path) -> String {
+    model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The OpenAI-compatible settings the local model server is spoken to with.
 pub fn wire_settings(settings: &LocalSettings, model: &Path, base_url: String) -> OpenAiSettings {
     OpenAiSettings {
         base_url,
-        model: model
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        model: model_name(model),
         max_tokens: settings.max_tokens,
         requires_key: false,
         temperature: Some(settings.temperature),

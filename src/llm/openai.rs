@@ -48,6 +48,11 @@ impl OpenAi {
     }
 }
 
+/// Where chat-completion requests go for a base URL.
+pub fn url(base_url: &str) -> String {
+    format!("{}/chat/completions", base_url.trim_end_matches('/'))
+}
+
 /// The request body for chat completions, with the settings' sampling where they give one.
 pub fn body(request: &Request, settings: &OpenAiSettings) -> Value {
     let mut messages = vec![json!({"role": "system", "content": request.system})];
@@ -105,12 +110,8 @@ impl Backend for OpenAi {
     }
 
     fn stream(&self, request: Request) -> EventStream {
-        let url = format!(
-            "{}/chat/completions",
-            self.settings.base_url.trim_end_matches('/')
-        );
         self.transport.post(
-            url,
+            url(&self.settings.base_url),
             self.headers.clone(),
             &body(&request, &self.settings),
             ChunkDecoder::default(),
