@@ -290,6 +290,11 @@ pub struct Store {
     busy: Duration,
 }
 
+/// A chat with its latest reply's state, as `chat_from_row` reads it.
+const CHAT_SELECT: &str = "SELECT c.id, c.title, c.created_at, c.updated_at,
+        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
+     FROM chats c";
+
 const REPLY_COLUMNS: &str = "id, chat_id, question_id, state, text, reason, started_at, ended_at";
 
 fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
@@ -465,11 +470,9 @@ impl Store {
     pub fn chats(&self) -> Result<Vec<Chat>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT c.id, c.title, c.created_at, c.updated_at,
-                        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
-                 FROM chats c ORDER BY c.updated_at DESC, c.id DESC",
-            )
+            .prepare_cached(&format!(
+                "{CHAT_SELECT} ORDER BY c.updated_at DESC, c.id DESC"
+            ))
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], chat_from_row)
@@ -481,9 +484,7 @@ impl Store {
     pub fn chat(&self, chat: ChatId) -> Result<Chat, StoreError> {
         self.lock()
             .query_row(
-                "SELECT c.id, c.title, c.created_at, c.updated_at,
-                        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
-                 FROM chats c WHERE c.id = ?1",
+                &format!("{CHAT_SELECT} WHERE c.id = ?1"),
                 [chat.0],
                 chat_from_row,
             )
