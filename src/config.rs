@@ -268,6 +268,57 @@ pub struct ProfileSettings {
     pub name: String,
 }
 
+/// The voice conversation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VoiceSettings {
+    /// How the orb listens: `push_to_talk`, `hands_free` or `wake`.
+    pub mode: crate::service::ListenMode,
+    /// Whether the voice conversation is also saved as a chat.
+    pub save_conversations: bool,
+}
+
+impl Default for VoiceSettings {
+    fn default() -> Self {
+        VoiceSettings {
+            mode: crate::service::ListenMode::PushToTalk,
+            save_conversations: true,
+        }
+    }
+}
+
+/// The look of the windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Theme {
+    /// Follows the desktop.
+    #[default]
+    System,
+    /// Light.
+    Light,
+    /// Dark.
+    Dark,
+}
+
+/// The desktop app.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DesktopSettings {
+    /// The global push-to-talk shortcut, e.g. `Ctrl+Alt+Space`.
+    pub shortcut: String,
+    /// `system`, `light` or `dark`.
+    pub theme: Theme,
+}
+
+impl Default for DesktopSettings {
+    fn default() -> Self {
+        DesktopSettings {
+            shortcut: "Ctrl+Alt+Space".into(),
+            theme: Theme::System,
+        }
+    }
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -288,6 +339,10 @@ pub struct Settings {
     pub replies: ReplySettings,
     /// `[profile]`.
     pub profile: ProfileSettings,
+    /// `[voice]`.
+    pub voice: VoiceSettings,
+    /// `[desktop]`.
+    pub desktop: DesktopSettings,
 }
 
 impl Settings {

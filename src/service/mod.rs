@@ -4,21 +4,29 @@
 
 mod events;
 mod reply;
+mod voice;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use events::{Attachment, Event, WAITING_MESSAGE};
+pub use voice::{
+    ListenMode, VoiceAttachment, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
+    QUEUE_LIMIT,
+};
 
 use crate::config::{RetrySettings, Settings};
 use crate::llm::Backend;
 use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError};
 use events::ReplyLog;
+use voice::Voice;
 
 /// Why the service could not do something.
 #[derive(Debug, Error)]
@@ -43,6 +51,11 @@ pub enum AskError {
     /// The chat is replying; one question at a time.
     #[error("chat {0} is still replying; wait for the reply to end or stop it")]
     Busy(ChatId),
+    /// The voice conversation already has as many questions waiting as it keeps.
+    #[error(
+        "{QUEUE_LIMIT} questions are already waiting; remove one or wait for the reply to end"
+    )]
+    QueueFull,
     /// Anything else.
     #[error(transparent)]
     Service(#[from] ServiceError),
@@ -65,7 +78,16 @@ pub struct ServiceOptions {
     pub progress: Duration,
     /// The user's name, for the profile block.
     pub user_name: String,
+    /// How the voice conversation listens at start.
+    pub listen_mode: ListenMode,
+    /// Whether the voice conversation is also kept as a chat once it ends.
+    pub save_voice: bool,
+    /// How long a voice conversation nobody watches, with nothing running, is kept.
+    pub voice_keep: Duration,
 }
+
+/// How long an unwatched, idle voice conversation is kept before it is forgotten.
+pub const VOICE_KEEP: Duration = Duration::from_secs(30 * 60);
 
 impl ServiceOptions {
     /// The options the settings give.
@@ -75,6 +97,9 @@ impl ServiceOptions {
             first_token: settings.timeouts.first_token(),
             progress: Duration::from_millis(settings.replies.progress_ms.max(1)),
             user_name: settings.profile.name.clone(),
+            listen_mode: settings.voice.mode,
+            save_voice: settings.voice.save_conversations,
+            voice_keep: VOICE_KEEP,
         }
     }
 }
@@ -105,6 +130,57 @@ pub(crate) enum Command {
         chat: ChatId,
         reply: ReplyId,
     },
+    VoiceAsk {
+        text: String,
+        respond: oneshot::Sender<Result<VoiceTicket, AskError>>,
+    },
+    VoiceRemove {
+        id: u64,
+        respond: oneshot::Sender<bool>,
+    },
+    VoiceSubscribe {
+        respond: oneshot::Sender<watch::Receiver<VoiceStatus>>,
+    },
+    VoiceStop {
+        respond: oneshot::Sender<bool>,
+    },
+    VoiceEnd {
+        respond: oneshot::Sender<bool>,
+    },
+    VoiceMode {
+        mode: ListenMode,
+    },
+    PushToTalk {
+        pressed: bool,
+    },
+    Acknowledge,
+    StopAll {
+        respond: oneshot::Sender<usize>,
+    },
+    SetBackend {
+        backend: Arc<dyn Backend>,
+    },
+}
+
+/// What is going on, for menus and lists that enable, disable or mark things.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Activity {
+    /// Chats with a reply being written (waiting or running), in this process.
+    pub replying: Vec<ChatId>,
+    /// Questions waiting in the voice conversation.
+    pub queued: usize,
+    /// A voice conversation exists (End conversation has something to end).
+    pub conversation: bool,
+    /// Bumped whenever the chat list may have changed (a chat made, renamed, deleted, a reply
+    /// started or ended).
+    pub generation: u64,
+}
+
+impl Activity {
+    /// Stop reply has something to stop.
+    pub fn can_stop(&self) -> bool {
+        !self.replying.is_empty() || self.queued > 0
+    }
 }
 
 /// The handle every shell holds; clones are cheap. The service ends when the last handle is
@@ -113,6 +189,7 @@ pub(crate) enum Command {
 pub struct Service {
     tx: mpsc::Sender<Command>,
     store: Store,
+    activity: Arc<watch::Sender<Activity>>,
 }
 
 /// Runs a blocking store call on the blocking pool.
@@ -131,16 +208,23 @@ impl Service {
     /// Starts the service on the current tokio runtime.
     pub fn start(store: Store, backend: Arc<dyn Backend>, options: ServiceOptions) -> Service {
         let (tx, rx) = mpsc::channel(64);
+        let activity = Arc::new(watch::Sender::new(Activity::default()));
         let actor = Actor {
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
             backend,
+            voice: Voice::new(options.listen_mode),
             options,
             chats: HashMap::new(),
             done: tx.downgrade(),
+            activity: activity.clone(),
         };
         tokio::spawn(actor.run(rx));
-        Service { tx, store }
+        Service {
+            tx,
+            store,
+            activity,
+        }
     }
 
     async fn call<T>(
@@ -190,13 +274,17 @@ impl Service {
     pub async fn new_chat(&self, title: Option<String>) -> Result<Chat, ServiceError> {
         let store = self.store.clone();
         let title = title.unwrap_or_else(|| NEW_CHAT_TITLE.to_string());
-        Ok(blocking(move || store.create_chat(&title)).await?)
+        let chat = blocking(move || store.create_chat(&title)).await?;
+        self.chats_changed();
+        Ok(chat)
     }
 
     /// Renames a chat.
     pub async fn rename_chat(&self, chat: ChatId, title: String) -> Result<(), ServiceError> {
         let store = self.store.clone();
-        Ok(blocking(move || store.rename_chat(chat, title.trim())).await?)
+        blocking(move || store.rename_chat(chat, title.trim())).await?;
+        self.chats_changed();
+        Ok(())
     }
 
     /// Deletes a chat and everything in it; refused while it is replying (stop it first).
@@ -221,6 +309,92 @@ impl Service {
     /// The store underneath.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    fn chats_changed(&self) {
+        self.activity.send_modify(|a| a.generation += 1);
+    }
+
+    /// What is going on now, and every change after.
+    pub fn activity(&self) -> watch::Receiver<Activity> {
+        self.activity.subscribe()
+    }
+
+    /// Puts a question to the voice conversation: it starts at once when nothing runs there,
+    /// else it waits in the queue (at most [`QUEUE_LIMIT`]). It never cancels anything.
+    pub async fn voice_ask(&self, text: impl Into<String>) -> Result<VoiceTicket, AskError> {
+        let text = text.into();
+        if text.trim().is_empty() {
+            return Err(ServiceError::EmptyQuestion.into());
+        }
+        self.call(|respond| Command::VoiceAsk { text, respond })
+            .await?
+    }
+
+    /// Withdraws a waiting question; `false` when it is no longer waiting.
+    pub async fn voice_remove(&self, id: u64) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::VoiceRemove { id, respond })
+            .await
+    }
+
+    /// Attaches a window to the voice conversation. Attaching never opens the microphone.
+    pub async fn voice_attach(&self) -> Result<VoiceAttachment, ServiceError> {
+        let status = self
+            .call(|respond| Command::VoiceSubscribe { respond })
+            .await?;
+        Ok(VoiceAttachment::new(self.clone(), status))
+    }
+
+    /// Stops the voice conversation's reply and every question waiting behind it (what a spoken
+    /// "stop" does); `false` when there was nothing to stop.
+    pub async fn voice_stop(&self) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::VoiceStop { respond }).await
+    }
+
+    /// Ends the voice conversation: stops its reply, drops its queue and starts afresh next time
+    /// (its chat is kept unless saving voice conversations is off). `false` when there was none.
+    pub async fn end_conversation(&self) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::VoiceEnd { respond }).await
+    }
+
+    /// Chooses how the voice conversation listens; during a reply it takes effect once the
+    /// reply is answered.
+    pub async fn set_listen_mode(&self, mode: ListenMode) -> Result<(), ServiceError> {
+        self.tx
+            .send(Command::VoiceMode { mode })
+            .await
+            .map_err(|_| ServiceError::Gone)
+    }
+
+    /// The push-to-talk shortcut went down (`true`: the microphone opens) or up (the utterance
+    /// ends). It never cancels a reply.
+    pub async fn push_to_talk(&self, pressed: bool) -> Result<(), ServiceError> {
+        self.tx
+            .send(Command::PushToTalk { pressed })
+            .await
+            .map_err(|_| ServiceError::Gone)
+    }
+
+    /// A window showed the reply that was answered while nobody watched.
+    pub async fn acknowledge_answer(&self) -> Result<(), ServiceError> {
+        self.tx
+            .send(Command::Acknowledge)
+            .await
+            .map_err(|_| ServiceError::Gone)
+    }
+
+    /// Stop reply (tray): stops every reply being written and the voice conversation's waiting
+    /// questions. Returns how many replies it stopped.
+    pub async fn stop_all(&self) -> Result<usize, ServiceError> {
+        self.call(|respond| Command::StopAll { respond }).await
+    }
+
+    /// Answers with `backend` from the next reply on; replies being written keep theirs.
+    pub async fn set_backend(&self, backend: Arc<dyn Backend>) -> Result<(), ServiceError> {
+        self.tx
+            .send(Command::SetBackend { backend })
+            .await
+            .map_err(|_| ServiceError::Gone)
     }
 }
 
@@ -257,8 +431,10 @@ struct Actor {
     permits: Arc<Semaphore>,
     options: ServiceOptions,
     chats: HashMap<ChatId, ChatState>,
+    voice: Voice,
     /// Weak, so the service ends when the last handle goes; each reply holds a strong one.
     done: mpsc::WeakSender<Command>,
+    activity: Arc<watch::Sender<Activity>>,
 }
 
 enum Start {
@@ -269,46 +445,275 @@ enum Start {
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
-        while let Some(command) = rx.recv().await {
-            match command {
-                Command::Ask {
-                    chat,
-                    text,
-                    respond,
-                } => {
-                    let _ = respond.send(self.ask(chat, Some(text)).await);
+        // Often enough to forget an unwatched voice conversation close to its time.
+        let mut tick =
+            tokio::time::interval((self.options.voice_keep / 30).max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let command = tokio::select! {
+                command = rx.recv() => match command {
+                    Some(command) => command,
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    self.forget_idle_voice().await;
+                    continue;
                 }
-                Command::Retry { chat, respond } => {
-                    let _ = respond.send(self.ask(chat, None).await);
-                }
-                Command::Attach { chat, respond } => {
-                    let _ = respond.send(self.attach(chat).await);
-                }
-                Command::Stop { chat, respond } => {
-                    let stopped = match self.replying(chat) {
-                        Some(running) => {
-                            running.cancel.cancel();
-                            true
-                        }
-                        None => false,
-                    };
-                    let _ = respond.send(stopped);
-                }
-                Command::Delete { chat, respond } => {
-                    let _ = respond.send(self.delete(chat).await);
-                }
-                Command::Finished { chat, reply } => {
-                    if let Some(state) = self.chats.get_mut(&chat) {
-                        if state.running.as_ref().is_some_and(|r| r.reply == reply) {
-                            state.running = None;
-                        }
-                    }
-                }
-            }
+            };
+            self.handle(command).await;
             // A chat nobody watches and nothing runs in is forgotten; the store has it all, and
             // the next attach rebuilds its last reply from there.
             self.chats
                 .retain(|_, c| c.running.is_some() || c.hub.receiver_count() > 0);
+            self.publish_activity();
+        }
+    }
+
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Ask {
+                chat,
+                text,
+                respond,
+            } => {
+                let _ = respond.send(self.ask(chat, Some(text)).await);
+            }
+            Command::Retry { chat, respond } => {
+                let _ = respond.send(self.ask(chat, None).await);
+            }
+            Command::Attach { chat, respond } => {
+                let _ = respond.send(self.attach(chat).await);
+            }
+            Command::Stop { chat, respond } => {
+                let _ = respond.send(self.stop(chat));
+            }
+            Command::Delete { chat, respond } => {
+                let _ = respond.send(self.delete(chat).await);
+            }
+            Command::Finished { chat, reply } => self.finished(chat, reply).await,
+            Command::VoiceAsk { text, respond } => {
+                let _ = respond.send(self.voice_ask(text).await);
+            }
+            Command::VoiceRemove { id, respond } => {
+                let before = self.voice.queue.len();
+                self.voice.queue.retain(|q| q.id != id);
+                let removed = self.voice.queue.len() != before;
+                self.voice.update(|_| {});
+                let _ = respond.send(removed);
+            }
+            Command::VoiceSubscribe { respond } => {
+                self.voice.idle_since = None;
+                let _ = respond.send(self.voice.status.subscribe());
+            }
+            Command::VoiceStop { respond } => {
+                let _ = respond.send(self.voice_stop());
+            }
+            Command::VoiceEnd { respond } => {
+                let _ = respond.send(self.end_conversation().await);
+            }
+            Command::VoiceMode { mode } => {
+                let replying = self.voice.status.borrow().replying.is_some();
+                self.voice.update(|s| {
+                    if replying && mode != s.mode {
+                        s.pending_mode = Some(mode);
+                    } else {
+                        s.mode = mode;
+                        s.pending_mode = None;
+                    }
+                });
+            }
+            Command::PushToTalk { pressed } => {
+                tracing::debug!(pressed, "push to talk");
+                self.voice.update(|s| s.listening = pressed);
+            }
+            Command::Acknowledge => self.voice.update(|s| s.answered_away = None),
+            Command::StopAll { respond } => {
+                self.voice.queue.clear();
+                let mut stopped = 0;
+                for state in self.chats.values() {
+                    if let Some(running) = state.running.as_ref().filter(|r| !r.log.is_closed()) {
+                        running.cancel.cancel();
+                        stopped += 1;
+                    }
+                }
+                self.voice.update(|_| {});
+                let _ = respond.send(stopped);
+            }
+            Command::SetBackend { backend } => {
+                self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
+                self.backend = backend;
+            }
+        }
+    }
+
+    fn publish_activity(&self) {
+        let replying: Vec<ChatId> = self
+            .chats
+            .iter()
+            .filter(|(_, c)| c.running.as_ref().is_some_and(|r| !r.log.is_closed()))
+            .map(|(id, _)| *id)
+            .collect();
+        let queued = self.voice.queue.len();
+        let conversation = self.voice.chat().is_some();
+        self.activity.send_if_modified(|a| {
+            let mut sorted = replying.clone();
+            sorted.sort_by_key(|c| c.0);
+            let changed =
+                a.replying != sorted || a.queued != queued || a.conversation != conversation;
+            if a.replying != sorted {
+                // A reply started or ended: the chat list's marks change.
+                a.generation += 1;
+            }
+            a.replying = sorted;
+            a.queued = queued;
+            a.conversation = conversation;
+            changed
+        });
+    }
+
+    fn stop(&self, chat: ChatId) -> bool {
+        match self.replying(chat) {
+            Some(running) => {
+                running.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A reply ended: the voice conversation's next question starts, a pending mode is taken up,
+    /// and a reply nobody watched is marked answered while away.
+    async fn finished(&mut self, chat: ChatId, reply: ReplyId) {
+        if let Some(state) = self.chats.get_mut(&chat) {
+            if state.running.as_ref().is_some_and(|r| r.reply == reply) {
+                state.running = None;
+            }
+        }
+        if let Some(index) = self.voice.discard.iter().position(|c| *c == chat) {
+            if self.replying(chat).is_none() {
+                self.voice.discard.remove(index);
+                if let Err(err) = self.delete(chat).await {
+                    tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
+                }
+            }
+            return;
+        }
+        if self.voice.chat() != Some(chat) {
+            return;
+        }
+        let unwatched = !self.voice.watched();
+        let answered = {
+            let store = self.store.clone();
+            blocking(move || store.reply(reply))
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.state == ReplyState::Done)
+        };
+        self.voice.update(|s| {
+            if s.replying == Some(reply) {
+                s.replying = None;
+            }
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+            if unwatched && answered {
+                s.answered_away = Some(reply);
+            }
+        });
+        while let Some(next) = self.voice.queue.pop_front() {
+            match self.ask(chat, Some(next.text)).await {
+                Ok(reply) => {
+                    self.voice.update(|s| s.replying = Some(reply));
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "a waiting voice question could not start");
+                }
+            }
+        }
+        self.voice.update(|_| {});
+    }
+
+    async fn voice_ask(&mut self, text: String) -> Result<VoiceTicket, AskError> {
+        let chat = match self.voice.chat() {
+            Some(chat) => chat,
+            None => {
+                let store = self.store.clone();
+                let chat = blocking(move || store.create_chat(NEW_CHAT_TITLE)).await?;
+                self.voice.update(|s| s.chat = Some(chat.id));
+                chat.id
+            }
+        };
+        let replying = self.voice.status.borrow().replying.is_some();
+        if replying || self.replying(chat).is_some() {
+            if self.voice.queue.len() >= QUEUE_LIMIT {
+                return Err(AskError::QueueFull);
+            }
+            let id = self.voice.next_id;
+            self.voice.next_id += 1;
+            self.voice.queue.push_back(WaitingQuestion { id, text });
+            self.voice.update(|_| {});
+            return Ok(VoiceTicket::Queued { id });
+        }
+        let reply = self.ask(chat, Some(text)).await?;
+        self.voice.update(|s| {
+            s.replying = Some(reply);
+            s.answered_away = None;
+        });
+        Ok(VoiceTicket::Started { reply })
+    }
+
+    fn voice_stop(&mut self) -> bool {
+        let had_queue = !self.voice.queue.is_empty();
+        self.voice.queue.clear();
+        let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
+        self.voice.update(|_| {});
+        stopped || had_queue
+    }
+
+    async fn end_conversation(&mut self) -> bool {
+        let Some(chat) = self.voice.chat() else {
+            return false;
+        };
+        self.voice.queue.clear();
+        self.stop(chat);
+        self.voice.update(|s| {
+            s.chat = None;
+            s.replying = None;
+            s.listening = false;
+            s.answered_away = None;
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+        });
+        self.voice.idle_since = None;
+        if !self.options.save_voice {
+            if self.replying(chat).is_some() {
+                self.voice.discard.push(chat);
+            } else if let Err(err) = self.delete(chat).await {
+                tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
+            }
+        }
+        true
+    }
+
+    /// Forgets the voice conversation once nobody has watched it, with nothing running or
+    /// waiting, for the keep time.
+    async fn forget_idle_voice(&mut self) {
+        let idle = self.voice.chat().is_some()
+            && !self.voice.watched()
+            && self.voice.queue.is_empty()
+            && self.voice.status.borrow().replying.is_none();
+        if !idle {
+            self.voice.idle_since = None;
+            return;
+        }
+        let since = *self.voice.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.options.voice_keep {
+            tracing::debug!("forgetting the idle voice conversation");
+            self.end_conversation().await;
+            self.publish_activity();
         }
     }
 
@@ -349,6 +754,15 @@ impl Actor {
         }
         // Dropping its hub ends every attachment to it.
         self.chats.remove(&chat);
+        if self.voice.chat() == Some(chat) {
+            self.voice.queue.clear();
+            self.voice.update(|s| {
+                s.chat = None;
+                s.replying = None;
+                s.answered_away = None;
+            });
+        }
+        self.activity.send_modify(|a| a.generation += 1);
         Ok(())
     }
 

@@ -1,0 +1,204 @@
+//! The voice conversation: the orb's one live conversation, its queue of waiting questions, how it
+//! listens, and the attachment a window holds on it. The actor owns it; windows only read
+//! [`VoiceStatus`] and the conversation's chat events through a [`VoiceAttachment`].
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{Attachment, Event, Service};
+use crate::store::{ChatId, ReplyId};
+
+/// At most this many questions wait behind a running reply.
+pub const QUEUE_LIMIT: usize = 4;
+
+/// How the orb listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenMode {
+    /// The shortcut opens the microphone while it is held.
+    #[default]
+    PushToTalk,
+    /// The voice activity detector decides.
+    HandsFree,
+    /// "Hey Jarvis" opens a conversation.
+    Wake,
+}
+
+/// A question waiting behind the running reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingQuestion {
+    /// Its id, for Remove.
+    pub id: u64,
+    /// What was asked.
+    pub text: String,
+}
+
+/// What a window shows of the voice conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VoiceStatus {
+    /// The chat the conversation is saved in, once it has one.
+    pub chat: Option<ChatId>,
+    /// How it listens now.
+    pub mode: ListenMode,
+    /// A mode chosen during a reply, taken up once the reply is answered.
+    pub pending_mode: Option<ListenMode>,
+    /// The microphone is open.
+    pub listening: bool,
+    /// The reply being written, waiting for the backend or running.
+    pub replying: Option<ReplyId>,
+    /// Questions waiting behind it, first to start first.
+    pub queue: Vec<WaitingQuestion>,
+    /// A reply that finished while no window watched, not yet acknowledged.
+    pub answered_away: Option<ReplyId>,
+}
+
+/// How a question put to the voice conversation was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "taken", rename_all = "snake_case")]
+pub enum VoiceTicket {
+    /// Its reply started.
+    Started {
+        /// The reply.
+        reply: ReplyId,
+    },
+    /// It waits behind the running reply.
+    Queued {
+        /// Its id in the queue.
+        id: u64,
+    },
+}
+
+/// The service's side of the voice conversation.
+pub(crate) struct Voice {
+    pub status: watch::Sender<VoiceStatus>,
+    pub queue: VecDeque<WaitingQuestion>,
+    pub next_id: u64,
+    /// Since when no window has watched and nothing has run.
+    pub idle_since: Option<Instant>,
+    /// Chats of ended conversations to delete once their reply ends (saving is off).
+    pub discard: Vec<ChatId>,
+}
+
+impl Voice {
+    pub fn new(mode: ListenMode) -> Voice {
+        Voice {
+            status: watch::Sender::new(VoiceStatus {
+                mode,
+                ..VoiceStatus::default()
+            }),
+            queue: VecDeque::new(),
+            next_id: 1,
+            idle_since: None,
+            discard: Vec::new(),
+        }
+    }
+
+    pub fn chat(&self) -> Option<ChatId> {
+        self.status.borrow().chat
+    }
+
+    pub fn watched(&self) -> bool {
+        self.status.receiver_count() > 0
+    }
+
+    /// Publishes a change, with the queue as it stands; windows wake only on a real change.
+    pub fn update(&self, change: impl FnOnce(&mut VoiceStatus)) {
+        let queue: Vec<WaitingQuestion> = self.queue.iter().cloned().collect();
+        self.status.send_if_modified(|status| {
+            let before = status.clone();
+            change(status);
+            status.queue.clone_from(&queue);
+            *status != before
+        });
+    }
+}
+
+/// What a window attached to the voice conversation reads next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum VoiceUpdate {
+    /// The conversation's status changed (the first update is the status on attach).
+    Status(VoiceStatus),
+    /// An event of the conversation's replies, replayed from the current reply's first.
+    Event(Event),
+}
+
+/// A window's subscription to the voice conversation. Dropping it detaches the window and never
+/// touches a reply; the conversation counts as unwatched while no attachment is held.
+pub struct VoiceAttachment {
+    service: Service,
+    status: watch::Receiver<VoiceStatus>,
+    chat: Option<(ChatId, Attachment)>,
+}
+
+impl VoiceAttachment {
+    pub(crate) fn new(service: Service, mut status: watch::Receiver<VoiceStatus>) -> Self {
+        status.mark_changed();
+        VoiceAttachment {
+            service,
+            status,
+            chat: None,
+        }
+    }
+
+    /// The next update; `None` once the service has stopped. Cancel-safe.
+    pub async fn next(&mut self) -> Option<VoiceUpdate> {
+        loop {
+            // Follow the conversation's chat: a new conversation has a new one.
+            let wanted = self.status.borrow().chat;
+            if self.chat.as_ref().map(|(id, _)| *id) != wanted {
+                self.chat = match wanted {
+                    Some(chat) => match self.service.attach(chat).await {
+                        Ok(attachment) => Some((chat, attachment)),
+                        Err(err) => {
+                            tracing::warn!(%err, %chat, "could not follow the voice conversation");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                if self.chat.is_none() && wanted.is_some() {
+                    // Its chat is gone; wait for the next status instead of trying again at once.
+                    if self.status.changed().await.is_err() {
+                        return None;
+                    }
+                    let status = self.status.borrow_and_update().clone();
+                    return Some(VoiceUpdate::Status(status));
+                }
+            }
+            let events = async {
+                match &mut self.chat {
+                    Some((_, attachment)) => attachment.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                changed = self.status.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    let status = self.status.borrow_and_update().clone();
+                    return Some(VoiceUpdate::Status(status));
+                }
+                event = events => match event {
+                    Some(event) => return Some(VoiceUpdate::Event(event)),
+                    // The chat was deleted: its attachment ended; wait for the status to move on.
+                    None => {
+                        let status = self.status.borrow().clone();
+                        if status.chat.is_some() {
+                            if self.status.changed().await.is_err() {
+                                return None;
+                            }
+                            let status = self.status.borrow_and_update().clone();
+                            return Some(VoiceUpdate::Status(status));
+                        }
+                    }
+                },
+            }
+        }
+    }
+}

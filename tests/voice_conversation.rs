@@ -1,0 +1,416 @@
+//! The voice conversation through the service: its queue, Remove, stop, answered while away, modes,
+//! End conversation and forgetting — with typed questions, real SQLite and the stub over loopback.
+
+mod support;
+
+use std::time::Duration;
+
+use jarvis::config::BackendKind;
+use jarvis::service::{ListenMode, VoiceStatus, VoiceTicket, VoiceUpdate, QUEUE_LIMIT};
+use jarvis::store::Role;
+use jarvis::{AskError, Event, ReplyState, Service, ServiceOptions};
+use jarvis_stub::{Script, Stub};
+use support::*;
+
+/// A reply slow enough to ask over: 40 deltas, 25 ms apart.
+fn slow(text: &str) -> Script {
+    Script::text(text)
+        .deltas_of(text.len().div_ceil(40).max(1))
+        .paced(Duration::from_millis(25))
+}
+
+fn started(ticket: VoiceTicket) -> jarvis::ReplyId {
+    match ticket {
+        VoiceTicket::Started { reply } => reply,
+        other => panic!("expected the question to start, it was {other:?}"),
+    }
+}
+
+fn queued(ticket: VoiceTicket) -> u64 {
+    match ticket {
+        VoiceTicket::Queued { id } => id,
+        other => panic!("expected the question to wait, it was {other:?}"),
+    }
+}
+
+/// A window on the voice conversation that remembers the last status it read, so a status read
+/// while waiting for events is not missed by a later wait for a status.
+struct Orb {
+    attachment: jarvis::service::VoiceAttachment,
+    last: Option<VoiceStatus>,
+}
+
+impl Orb {
+    async fn attach(service: &Service) -> Orb {
+        Orb {
+            attachment: service.voice_attach().await.unwrap(),
+            last: None,
+        }
+    }
+
+    async fn next(&mut self) -> VoiceUpdate {
+        let update = tokio::time::timeout(LIMIT, self.attachment.next())
+            .await
+            .expect("no voice update within the limit")
+            .expect("the service stopped");
+        if let VoiceUpdate::Status(status) = &update {
+            self.last = Some(status.clone());
+        }
+        update
+    }
+
+    /// Reads until the status is as `done` wants; returns it.
+    async fn status_until(&mut self, done: impl Fn(&VoiceStatus) -> bool) -> VoiceStatus {
+        loop {
+            if let Some(last) = self.last.as_ref().filter(|s| done(s)) {
+                return last.clone();
+            }
+            self.next().await;
+        }
+    }
+
+    /// Reads until `count` replies have ended; their endings and texts in order.
+    async fn endings(&mut self, count: usize) -> Vec<(ReplyState, String)> {
+        let mut ended = Vec::new();
+        let mut text = std::collections::HashMap::<jarvis::ReplyId, String>::new();
+        while ended.len() < count {
+            match self.next().await {
+                VoiceUpdate::Event(Event::Delta { reply, text: delta }) => {
+                    text.entry(reply).or_default().push_str(&delta)
+                }
+                VoiceUpdate::Event(Event::ReplyEnded { reply, state, .. }) => {
+                    ended.push((state, text.remove(&reply).unwrap_or_default()))
+                }
+                _ => {}
+            }
+        }
+        ended
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn questions_asked_during_a_reply_wait_then_are_answered_in_order_nothing_cancelled() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("The first answer is long and slow. It goes on."));
+    stub.push(Script::text("Second answer."));
+    stub.push(Script::text("Third answer."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+
+    started(service.voice_ask("First question").await.unwrap());
+    let second = queued(service.voice_ask("Second question").await.unwrap());
+    let third = queued(service.voice_ask("Third question").await.unwrap());
+    assert_ne!(second, third);
+    let status = orb.status_until(|s| s.queue.len() == 2).await;
+    let waiting: Vec<&str> = status.queue.iter().map(|q| q.text.as_str()).collect();
+    assert_eq!(waiting, ["Second question", "Third question"]);
+
+    let ended = orb.endings(3).await;
+    assert_eq!(
+        ended,
+        [
+            (
+                ReplyState::Done,
+                "The first answer is long and slow. It goes on.".to_string()
+            ),
+            (ReplyState::Done, "Second answer.".to_string()),
+            (ReplyState::Done, "Third answer.".to_string()),
+        ],
+        "the first reply ran whole, then the waiting questions in order"
+    );
+
+    // The conversation is a chat: the six records in order, after a restart too.
+    let chat = status.chat.expect("the conversation has a chat");
+    drop((orb, service));
+    let records = dir.store().records(chat).unwrap();
+    let shown: Vec<(Role, &str)> = records.iter().map(|r| (r.role, r.text.as_str())).collect();
+    assert_eq!(
+        shown,
+        [
+            (Role::User, "First question"),
+            (
+                Role::Assistant,
+                "The first answer is long and slow. It goes on."
+            ),
+            (Role::User, "Second question"),
+            (Role::Assistant, "Second answer."),
+            (Role::User, "Third question"),
+            (Role::Assistant, "Third answer."),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_queue_holds_four_and_remove_withdraws_a_waiting_question() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("A slow first answer that takes a while to write."));
+    stub.push(Script::text("Answer to q1."));
+    stub.push(Script::text("Answer to q3."));
+    stub.push(Script::text("Answer to q4."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+
+    started(service.voice_ask("q0").await.unwrap());
+    let ids: Vec<u64> = queue_all(&service, ["q1", "q2", "q3", "q4"]).await;
+    assert_eq!(ids.len(), QUEUE_LIMIT);
+    let full = service.voice_ask("q5").await.unwrap_err();
+    assert!(matches!(full, AskError::QueueFull), "{full}");
+    assert!(full.to_string().contains("4 questions are already waiting"));
+
+    assert!(service.voice_remove(ids[1]).await.unwrap(), "q2 withdrawn");
+    assert!(!service.voice_remove(ids[1]).await.unwrap(), "only once");
+    let status = orb.status_until(|s| s.queue.len() == 3).await;
+    let waiting: Vec<&str> = status.queue.iter().map(|q| q.text.as_str()).collect();
+    assert_eq!(waiting, ["q1", "q3", "q4"]);
+
+    let ended = orb.endings(4).await;
+    assert!(ended.iter().all(|(state, _)| *state == ReplyState::Done));
+    let asked: Vec<String> = stub
+        .received()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].to_string())
+        .collect();
+    assert_eq!(asked.len(), 4, "q2 was never sent: {asked:?}");
+    assert!(asked.iter().all(|q| !q.contains("q2")), "{asked:?}");
+}
+
+async fn queue_all<const N: usize>(service: &Service, questions: [&str; N]) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for q in questions {
+        ids.push(queued(service.voice_ask(q).await.unwrap()));
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_cuts_the_reply_keeps_its_text_and_drops_every_waiting_question() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("One. Two. Three. Four. Five. Six. Seven. Eight.")
+            .deltas_of(5)
+            .paced(Duration::from_millis(60)),
+    );
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    let reply = started(service.voice_ask("Count slowly").await.unwrap());
+    queued(service.voice_ask("And then?").await.unwrap());
+    queued(service.voice_ask("And after that?").await.unwrap());
+    // Let some of it be written.
+    while !matches!(orb.next().await, VoiceUpdate::Event(Event::Delta { .. })) {}
+    assert!(service.voice_stop().await.unwrap());
+    let ended = orb.endings(1).await;
+    assert_eq!(ended[0].0, ReplyState::Stopped);
+    let status = orb.status_until(|s| s.replying.is_none()).await;
+    assert!(status.queue.is_empty(), "{status:?}");
+    // Nothing else starts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stub.received().len(), 1);
+    let stored = dir.store().reply(reply).unwrap().unwrap();
+    assert_eq!(stored.state, ReplyState::Stopped);
+    assert!(
+        !stored.text.is_empty() && stored.text.ends_with(&ended[0].1),
+        "what was written is kept: {stored:?}"
+    );
+    assert!(stored.text.len() < "One. Two. Three. Four. Five. Six. Seven. Eight.".len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_that_ends_while_no_window_watches_is_answered_while_away() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("Written while the orb was hidden."));
+    stub.push(Script::text("Watched this time."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let orb = Orb::attach(&service).await;
+    let reply = started(service.voice_ask("Tell me something").await.unwrap());
+    drop(orb); // the orb is hidden mid-reply: it only detaches
+    let store = dir.store();
+    tokio::time::timeout(LIMIT, async {
+        while store.reply(reply).unwrap().unwrap().state != ReplyState::Done {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+
+    // Shown again: the status says answered while away, the microphone stays shut, and the
+    // reply replays whole.
+    let mut orb = Orb::attach(&service).await;
+    let status = orb.status_until(|_| true).await;
+    assert_eq!(status.answered_away, Some(reply));
+    assert!(!status.listening);
+    let replayed = orb.endings(1).await;
+    assert_eq!(
+        replayed[0],
+        (
+            ReplyState::Done,
+            "Written while the orb was hidden.".to_string()
+        )
+    );
+    service.acknowledge_answer().await.unwrap();
+    orb.status_until(|s| s.answered_away.is_none()).await;
+
+    // A reply watched to its end is not marked.
+    started(service.voice_ask("Again").await.unwrap());
+    orb.endings(1).await;
+    let status = orb.status_until(|s| s.replying.is_none()).await;
+    assert_eq!(status.answered_away, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mode_chosen_during_a_reply_takes_effect_once_it_is_answered() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("Some answer that takes a moment."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    assert_eq!(
+        orb.status_until(|_| true).await.mode,
+        ListenMode::PushToTalk
+    );
+    service
+        .set_listen_mode(ListenMode::HandsFree)
+        .await
+        .unwrap();
+    orb.status_until(|s| s.mode == ListenMode::HandsFree).await;
+
+    started(service.voice_ask("Go").await.unwrap());
+    service.set_listen_mode(ListenMode::Wake).await.unwrap();
+    let status = orb.status_until(|s| s.pending_mode.is_some()).await;
+    assert_eq!(status.mode, ListenMode::HandsFree, "not during the reply");
+    assert_eq!(status.pending_mode, Some(ListenMode::Wake));
+    let status = orb.status_until(|s| s.replying.is_none()).await;
+    assert_eq!(status.mode, ListenMode::Wake);
+    assert_eq!(status.pending_mode, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn push_to_talk_press_and_release_reach_the_conversation_and_cancel_nothing() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("An answer that must not be cut by the shortcut."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    started(service.voice_ask("Question").await.unwrap());
+    service.push_to_talk(true).await.unwrap();
+    orb.status_until(|s| s.listening).await;
+    service.push_to_talk(false).await.unwrap();
+    orb.status_until(|s| !s.listening).await;
+    let ended = orb.endings(1).await;
+    assert_eq!(ended[0].0, ReplyState::Done);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn end_conversation_starts_afresh_and_an_unsaved_one_leaves_no_chat() {
+    for save in [true, false] {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("Hello."));
+        stub.push(Script::text("A new conversation."));
+        let dir = Dir::new();
+        let mut s = settings(BackendKind::Openai, &stub);
+        s.voice.save_conversations = save;
+        let service = service(&dir, s);
+        let mut orb = Orb::attach(&service).await;
+        started(service.voice_ask("Hi").await.unwrap());
+        orb.endings(1).await;
+        let first = orb
+            .status_until(|s| s.replying.is_none())
+            .await
+            .chat
+            .unwrap();
+        assert!(service.activity().borrow().conversation);
+
+        assert!(service.end_conversation().await.unwrap());
+        orb.status_until(|s| s.chat.is_none()).await;
+        assert!(!service.end_conversation().await.unwrap(), "nothing to end");
+        assert!(!service.activity().borrow().conversation);
+        let chats: Vec<_> = service.chats().await.unwrap();
+        assert_eq!(
+            chats.iter().any(|c| c.id == first),
+            save,
+            "saved: {save}, chats: {chats:?}"
+        );
+
+        started(service.voice_ask("Anyone there?").await.unwrap());
+        let second = orb.status_until(|s| s.chat.is_some()).await.chat.unwrap();
+        let ended = orb.endings(1).await;
+        assert_eq!(ended[0].1, "A new conversation.");
+        // (An unsaved conversation's chat id may be taken again: its chat is gone.)
+        let records = dir.store().records(second).unwrap();
+        let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(texts, ["Anyone there?", "A new conversation."]);
+        // The new conversation's request does not carry the old one.
+        let body = stub.received()[1].body.to_string();
+        assert!(!body.contains("Hello."), "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unwatched_idle_conversation_is_forgotten_after_the_keep_time() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("Short."));
+    let dir = Dir::new();
+    let config = dir.config(settings(BackendKind::Openai, &stub));
+    let backend = jarvis::llm::from_config(&config, &env_with(&[])).unwrap();
+    let mut options = ServiceOptions::from_settings(&config.settings);
+    options.voice_keep = Duration::from_millis(300);
+    let service = Service::start(dir.store(), backend, options);
+    let mut orb = Orb::attach(&service).await;
+    started(service.voice_ask("Hi").await.unwrap());
+    orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
+
+    // Watched, it stays well past the keep time.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(service.activity().borrow().conversation);
+    drop(orb);
+    tokio::time::timeout(LIMIT, async {
+        while service.activity().borrow().conversation {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("forgotten once unwatched for the keep time");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_reply_from_the_tray_stops_every_reply_and_the_activity_says_so() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("The chat window's long reply, written slowly."));
+    stub.push(slow("The orb's long reply, also written slowly."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut activity = service.activity();
+    assert!(!activity.borrow().can_stop());
+    let (chat, chat_reply, mut window) = ask_new(&service, "Chat question").await;
+    let mut orb = Orb::attach(&service).await;
+    started(service.voice_ask("Orb question").await.unwrap());
+    queued(service.voice_ask("Waiting question").await.unwrap());
+    tokio::time::timeout(LIMIT, activity.wait_for(|a| a.replying.len() == 2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(activity.borrow().replying.contains(&chat));
+    assert!(activity.borrow().can_stop());
+
+    assert_eq!(service.stop_all().await.unwrap(), 2);
+    let chat_events = until_end(&mut window, chat_reply).await;
+    assert_eq!(ending(&chat_events).0, ReplyState::Stopped);
+    let orb_ended = orb.endings(1).await;
+    assert_eq!(orb_ended[0].0, ReplyState::Stopped);
+    tokio::time::timeout(LIMIT, activity.wait_for(|a| !a.can_stop()))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = stub.received();
+    assert!(
+        asked
+            .iter()
+            .all(|r| !r.body.to_string().contains("Waiting question")),
+        "the waiting question was dropped"
+    );
+}
