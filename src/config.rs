@@ -27,6 +27,14 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// The settings file could not be written.
+    #[error("cannot write the settings file {path}: {source}")]
+    Unwritable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An environment variable has a value Jarvis does not understand.
     #[error("{var}={value} is not valid: {expected}")]
     BadEnv {
@@ -417,35 +425,76 @@ impl Config {
 
     /// Loads with `env` standing for the environment.
     pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let dirs = directories::ProjectDirs::from("", "", "jarvis");
+        let (mut config, text) = Self::locate(env)?;
+        if let Some(text) = text {
+            config.settings = Settings::parse(&text, &config.path)?;
+        }
+        config.settings.apply_env(env)?;
+        Ok(config)
+    }
+
+    /// Loads, but a bad settings file or variable gives the defaults and the error, so a window
+    /// can open and say what to fix. Only a missing home directory is an error.
+    pub fn load_or_defaults(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Option<ConfigError>), ConfigError> {
+        match Self::load_with(env) {
+            Ok(config) => Ok((config, None)),
+            Err(ConfigError::NoHome) => Err(ConfigError::NoHome),
+            Err(err) => {
+                let (mut config, _) = match Self::locate(env) {
+                    Ok(found) => found,
+                    Err(ConfigError::Unreadable { path, .. }) => (
+                        Config {
+                            path,
+                            file_found: true,
+                            data_dir: Self::data_dir(env)?,
+                            settings: Settings::default(),
+                        },
+                        None,
+                    ),
+                    Err(other) => return Err(other),
+                };
+                config.settings = Settings::default();
+                Ok((config, Some(err)))
+            }
+        }
+    }
+
+    /// The paths, and the settings file's text when it exists.
+    fn locate(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Option<String>), ConfigError> {
         let path = match env("JARVIS_CONFIG") {
             Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => dirs
-                .as_ref()
+            _ => directories::ProjectDirs::from("", "", "jarvis")
                 .ok_or(ConfigError::NoHome)?
                 .config_dir()
                 .join("settings.toml"),
         };
-        let data_dir = match env("JARVIS_DATA_DIR") {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => dirs
-                .as_ref()
-                .ok_or(ConfigError::NoHome)?
-                .data_dir()
-                .to_path_buf(),
-        };
-        let (mut settings, file_found) = match std::fs::read_to_string(&path) {
-            Ok(text) => (Settings::parse(&text, &path)?, true),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => (Settings::default(), false),
+        let data_dir = Self::data_dir(env)?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => return Err(ConfigError::Unreadable { path, source }),
         };
-        settings.apply_env(env)?;
-        Ok(Config {
+        let config = Config {
             path,
-            file_found,
+            file_found: text.is_some(),
             data_dir,
-            settings,
-        })
+            settings: Settings::default(),
+        };
+        Ok((config, text))
+    }
+
+    fn data_dir(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, ConfigError> {
+        match env("JARVIS_DATA_DIR") {
+            Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+            _ => Ok(directories::ProjectDirs::from("", "", "jarvis")
+                .ok_or(ConfigError::NoHome)?
+                .data_dir()
+                .to_path_buf()),
+        }
     }
 
     /// The database file.
@@ -467,6 +516,89 @@ impl Config {
             self.model_dir().join(model)
         }
     }
+}
+
+/// A value for [`write_settings`]: a string, a bool or an integer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingValue {
+    /// A string.
+    Text(String),
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+}
+
+/// Changes keys of the settings file in place — its other keys, comments and layout stay — after
+/// checking that the result is still valid settings; the file is replaced atomically. A key path is
+/// `["backend"]` or `["openai", "model"]`; `None` removes the key.
+pub fn write_settings(
+    path: &Path,
+    changes: &[(&[&str], Option<SettingValue>)],
+) -> Result<Settings, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => {
+            return Err(ConfigError::Unreadable {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let malformed = |message: String| ConfigError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| malformed(e.to_string().trim_end().to_string()))?;
+    for (keys, value) in changes {
+        let Some((last, tables)) = keys.split_last() else {
+            continue;
+        };
+        let mut table = doc.as_table_mut();
+        for name in tables {
+            let entry = table
+                .entry(name)
+                .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| malformed(format!("`{name}` is not a table")))?;
+        }
+        match value {
+            None => {
+                table.remove(last);
+            }
+            Some(value) => {
+                let value = match value {
+                    SettingValue::Text(t) => toml_edit::value(t.as_str()),
+                    SettingValue::Bool(b) => toml_edit::value(*b),
+                    SettingValue::Int(i) => toml_edit::value(*i),
+                };
+                match table.get_mut(last) {
+                    // In place, so the key's comments stay.
+                    Some(item) => *item = value,
+                    None => {
+                        table.insert(last, value);
+                    }
+                }
+            }
+        }
+    }
+    let text = doc.to_string();
+    let settings = Settings::parse(&text, path)?;
+    let unwritable = |source: std::io::Error| ConfigError::Unwritable {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(unwritable)?;
+    }
+    let temp = path.with_extension("toml.tmp");
+    std::fs::write(&temp, text).map_err(unwritable)?;
+    std::fs::rename(&temp, path).map_err(unwritable)?;
+    Ok(settings)
 }
 
 /// Where a key was found.
@@ -573,6 +705,50 @@ pub fn delete_key(var: &str) -> Result<bool, KeyringError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saving_settings_changes_only_the_keys_given_and_never_writes_a_bad_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.toml");
+        let original = "# my settings\nbackend = \"local\"\n\n[local]\ntemperature = 0.5 # warm\n";
+        std::fs::write(&path, original).unwrap();
+        let saved = write_settings(
+            &path,
+            &[
+                (&["backend"], Some(SettingValue::Text("openai".into()))),
+                (
+                    &["openai", "model"],
+                    Some(SettingValue::Text("llama3".into())),
+                ),
+                (
+                    &["voice", "save_conversations"],
+                    Some(SettingValue::Bool(false)),
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(saved.backend, BackendKind::Openai);
+        assert_eq!(saved.openai.model, "llama3");
+        assert!(!saved.voice.save_conversations);
+        assert_eq!(saved.local.temperature, 0.5);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("# my settings") && text.contains("# warm"),
+            "{text}"
+        );
+
+        let err = write_settings(
+            &path,
+            &[(&["backend"], Some(SettingValue::Text("nope".into())))],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("backend"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "left as it was"
+        );
+    }
 
     #[test]
     fn a_malformed_file_names_the_file_line_and_key() {

@@ -249,6 +249,44 @@ pub trait Backend: Send + Sync + 'static {
     fn stream(&self, request: Request) -> EventStream;
 }
 
+/// A backend that could not be made (a missing key, say): every request fails with the reason, so
+/// a window can still open, show the chats and say what to fix.
+pub struct Unusable {
+    kind: BackendKind,
+    model: String,
+    reason: String,
+}
+
+impl Unusable {
+    /// One that answers every request with `reason`.
+    pub fn new(kind: BackendKind, model: impl Into<String>, reason: impl Into<String>) -> Self {
+        Unusable {
+            kind,
+            model: model.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Backend for Unusable {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn max_tokens(&self) -> u32 {
+        0
+    }
+    fn max_concurrent(&self) -> usize {
+        1
+    }
+    fn stream(&self, _request: Request) -> EventStream {
+        let err = LlmError::Unavailable(self.reason.clone());
+        Box::pin(futures::stream::once(async move { Err(err) }))
+    }
+}
+
 /// Why a backend could not be made.
 #[derive(Debug, Error)]
 pub enum BackendError {

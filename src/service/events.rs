@@ -181,13 +181,16 @@ impl Attachment {
                 }
             }
             if let Some((_, rx)) = &mut self.current {
-                let state = rx.borrow_and_update();
-                if let Some(event) = state.events.get(self.index) {
-                    self.index += 1;
-                    return Some(event.clone());
-                }
-                if !state.closed {
-                    drop(state);
+                // The guard is scoped so the future stays `Send` (attachments run on any thread).
+                let open = {
+                    let state = rx.borrow_and_update();
+                    if let Some(event) = state.events.get(self.index) {
+                        self.index += 1;
+                        return Some(event.clone());
+                    }
+                    !state.closed
+                };
+                if open {
                     // The log's sender lives as long as the log we hold, so this only wakes on a push.
                     let _ = rx.changed().await;
                     continue;
@@ -213,6 +216,15 @@ impl Attachment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn an_attachment_can_be_followed_from_any_thread() {
+        let (_hub, rx) = watch::channel(None);
+        let mut attachment = Attachment::new(rx);
+        assert_send(&attachment.next());
+    }
 
     #[test]
     fn events_serialise_with_a_snake_case_type_tag_for_every_subscriber() {

@@ -157,8 +157,9 @@ pub(crate) enum Command {
     StopAll {
         respond: oneshot::Sender<usize>,
     },
-    SetBackend {
-        backend: Arc<dyn Backend>,
+    Reconfigure {
+        backend: Option<Arc<dyn Backend>>,
+        options: Box<ServiceOptions>,
     },
 }
 
@@ -389,10 +390,18 @@ impl Service {
         self.call(|respond| Command::StopAll { respond }).await
     }
 
-    /// Answers with `backend` from the next reply on; replies being written keep theirs.
-    pub async fn set_backend(&self, backend: Arc<dyn Backend>) -> Result<(), ServiceError> {
+    /// Answers with `options`, and `backend` when given, from the next reply on (changed
+    /// settings); replies being written keep theirs. The listen mode is left as it is.
+    pub async fn reconfigure(
+        &self,
+        backend: Option<Arc<dyn Backend>>,
+        options: ServiceOptions,
+    ) -> Result<(), ServiceError> {
         self.tx
-            .send(Command::SetBackend { backend })
+            .send(Command::Reconfigure {
+                backend,
+                options: Box::new(options),
+            })
             .await
             .map_err(|_| ServiceError::Gone)
     }
@@ -539,9 +548,12 @@ impl Actor {
                 self.voice.update(|_| {});
                 let _ = respond.send(stopped);
             }
-            Command::SetBackend { backend } => {
-                self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
-                self.backend = backend;
+            Command::Reconfigure { backend, options } => {
+                if let Some(backend) = backend {
+                    self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
+                    self.backend = backend;
+                }
+                self.options = *options;
             }
         }
     }
