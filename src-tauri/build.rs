@@ -1,0 +1,38 @@
+// The app's config lives at the repository root (DESIGN.md §2). Each command listed here gets an
+// `allow-…` permission, and each window's capability grants only those it uses.
+const COMMANDS: &[&str] = &[
+    "app_info",
+    "list_chats",
+    "new_chat",
+    "rename_chat",
+    "delete_chat",
+    "chat_records",
+    "ask",
+    "retry",
+    "stop_reply",
+    "attach_chat",
+    "watch_activity",
+    "get_settings",
+    "save_settings",
+    "open_link",
+    "show_window",
+    "orb_attach",
+    "orb_ask",
+    "orb_remove",
+    "orb_stop",
+    "orb_end",
+    "orb_set_mode",
+    "orb_acknowledge",
+    "orb_hide",
+];
+
+fn main() {
+    // The pages are embedded: a new build of them must rebuild the app.
+    println!("cargo:rerun-if-changed=../ui/dist");
+    let attributes = tauri_build::Attributes::new()
+        .config_path("../tauri.conf.json")
+        .app_manifest(tauri_build::AppManifest::new().commands(COMMANDS));
+    if let Err(err) = tauri_build::try_build(attributes) {
+        panic!("tauri build step failed: {err:#}");
+    }
+}

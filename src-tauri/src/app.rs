@@ -1,0 +1,173 @@
+//! Start-up: settings, store, backend and service, then the Tauri app with its windows, tray,
+//! shortcut and the single-instance hand-over.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use jarvis::config::{BackendKind, Config};
+use jarvis::llm::{self, Backend, Unusable};
+use jarvis::{Service, ServiceOptions, Store};
+use tauri::async_runtime::JoinHandle;
+use tauri::Manager;
+
+use crate::tray::Action;
+
+/// What every command and handler shares.
+pub struct AppState {
+    pub service: Service,
+    pub config: Mutex<Config>,
+    /// What went wrong at start-up (a malformed settings file, a missing key), shown in the chat
+    /// window until fixed.
+    pub problem: Mutex<Option<String>>,
+    /// Each window's forwarding tasks (its attachments), by window label and kind; aborting one
+    /// detaches the window and never touches a reply.
+    forwarders: Mutex<HashMap<(String, &'static str), JoinHandle<()>>>,
+}
+
+impl AppState {
+    /// Replaces the window's forwarder of this kind (a page that attaches again detaches first).
+    pub fn forward(&self, label: &str, kind: &'static str, task: JoinHandle<()>) {
+        let mut forwarders = self.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = forwarders.insert((label.to_string(), kind), task) {
+            old.abort();
+        }
+    }
+
+    /// Detaches a window: ends all its forwarders.
+    pub fn detach(&self, label: &str) {
+        let mut forwarders = self.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        forwarders.retain(|(window, _), task| {
+            let keep = window != label;
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+    }
+
+    pub fn settings(&self) -> jarvis::config::Settings {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settings
+            .clone()
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The backend the settings choose, or one that says why it cannot answer.
+pub fn backend_for(config: &Config) -> (Arc<dyn Backend>, Option<String>) {
+    match llm::from_config(config, &env) {
+        Ok(backend) => (backend, None),
+        Err(err) => {
+            let reason = err.to_string();
+            let kind: BackendKind = config.settings.backend;
+            let unusable = Unusable::new(kind, config.settings.model(), reason.clone());
+            (Arc::new(unusable), Some(reason))
+        }
+    }
+}
+
+pub fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
+                .unwrap_or_else(|_| "warn,jarvis=info,jarvis_desktop=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let (config, bad_settings) = Config::load_or_defaults(&env)?;
+    let store = Store::open(
+        &config.database_path(),
+        Duration::from_millis(config.settings.replies.busy_timeout_ms),
+    )
+    .with_context(|| format!("cannot open {}", config.database_path().display()))?;
+    let (backend, bad_backend) = backend_for(&config);
+    let problem = bad_settings.map(|e| e.to_string()).or(bad_backend);
+    if let Some(problem) = &problem {
+        tracing::warn!("{problem}");
+    }
+    let options = ServiceOptions::from_settings(&config.settings);
+    // The service runs on Tauri's own tokio runtime, like every command.
+    let service =
+        tauri::async_runtime::block_on(async move { Service::start(store, backend, options) });
+    let shortcut = config.settings.desktop.shortcut.clone();
+    let state = AppState {
+        service,
+        config: Mutex::new(config),
+        problem: Mutex::new(problem),
+        forwarders: Mutex::new(HashMap::new()),
+    };
+
+    tauri::Builder::default()
+        // First, so a second start hands over its action and ends before anything else starts.
+        .plugin(tauri_plugin_single_instance::init(|app, args, _cwd| {
+            let action = Action::from_args(&args).unwrap_or(Action::ShowChat);
+            crate::tray::perform(app, action);
+        }))
+        // No page may navigate away from the app's own pages (a link goes to the system browser).
+        .plugin(
+            tauri::plugin::Builder::<tauri::Wry>::new("navigation-guard")
+                .on_navigation(|_webview, url| {
+                    let own = url.scheme() == "tauri" || url.host_str() == Some("tauri.localhost");
+                    if !own {
+                        tracing::warn!("blocked a navigation away from the app");
+                    }
+                    own
+                })
+                .build(),
+        )
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_opener::init())
+        .plugin(crate::shortcut::plugin())
+        // Where the orb (and the chat window) was put, and the chat window's size.
+        .plugin(
+            tauri_plugin_window_state::Builder::default()
+                .with_state_flags(
+                    tauri_plugin_window_state::StateFlags::POSITION
+                        | tauri_plugin_window_state::StateFlags::SIZE,
+                )
+                .build(),
+        )
+        .manage(state)
+        .invoke_handler(crate::commands::handler())
+        .on_page_load(|webview, payload| {
+            if payload.event() == tauri::webview::PageLoadEvent::Started {
+                // A reload (or a navigation) leaves its attachments behind.
+                webview.state::<AppState>().detach(webview.label());
+            }
+        })
+        .on_window_event(crate::windows::on_event)
+        .setup(move |app| {
+            crate::windows::place_orb_first_time(app.handle());
+            crate::tray::build(app.handle())?;
+            if let Err(err) = crate::shortcut::register(app.handle(), &shortcut) {
+                tracing::warn!("{err:#}");
+                let state = app.state::<AppState>();
+                let mut problem = state.problem.lock().unwrap_or_else(|e| e.into_inner());
+                problem.get_or_insert_with(|| format!("{err:#}"));
+            }
+            if let Some(action) = Action::from_args(&std::env::args().collect::<Vec<_>>()) {
+                crate::tray::perform(app.handle(), action);
+            }
+            Ok(())
+        })
+        .build(tauri::generate_context!("../tauri.conf.json"))
+        .context("cannot start the desktop app")?
+        .run(|app, event| {
+            if let tauri::RunEvent::ExitRequested { api, code, .. } = event {
+                // Closing the last window keeps Jarvis in the tray; only Quit (code set) ends it.
+                if code.is_none() {
+                    api.prevent_exit();
+                }
+            }
+            let _ = app;
+        });
+    Ok(())
+}

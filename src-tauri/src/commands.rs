@@ -1,0 +1,276 @@
+//! The commands the pages call. Each forwards to the service (or the settings) and returns; the
+//! attach commands start a forwarding task that ends when the window detaches.
+
+use jarvis::service::{Activity, ListenMode, VoiceTicket, VoiceUpdate};
+use jarvis::store::{Chat, Record};
+use jarvis::{ChatId, Event, ReplyId};
+use serde::Serialize;
+use tauri::ipc::Channel;
+use tauri::{AppHandle, State, WebviewWindow};
+
+use crate::app::AppState;
+use crate::settings::{SettingsForm, SettingsView};
+use crate::windows::{self, CHAT, ORB};
+
+/// What a page sees of a failed command: the message, whole.
+pub struct CmdError(anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for CmdError {
+    fn from(err: E) -> Self {
+        CmdError(err.into())
+    }
+}
+
+impl Serialize for CmdError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:#}", self.0))
+    }
+}
+
+type Res<T> = Result<T, CmdError>;
+
+pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static {
+    tauri::generate_handler![
+        app_info,
+        list_chats,
+        new_chat,
+        rename_chat,
+        delete_chat,
+        chat_records,
+        ask,
+        retry,
+        stop_reply,
+        attach_chat,
+        watch_activity,
+        get_settings,
+        save_settings,
+        open_link,
+        show_window,
+        orb_attach,
+        orb_ask,
+        orb_remove,
+        orb_stop,
+        orb_end,
+        orb_set_mode,
+        orb_acknowledge,
+        orb_hide,
+    ]
+}
+
+#[derive(Serialize)]
+pub struct AppInfo {
+    backend: String,
+    model: String,
+    theme: jarvis::config::Theme,
+    /// What to fix, when something is wrong with the settings or the backend.
+    problem: Option<String>,
+}
+
+#[tauri::command]
+fn app_info(state: State<'_, AppState>) -> AppInfo {
+    let settings = state.settings();
+    AppInfo {
+        backend: settings.backend.to_string(),
+        model: settings.model().to_string(),
+        theme: settings.desktop.theme,
+        problem: state
+            .problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    }
+}
+
+#[tauri::command]
+async fn list_chats(state: State<'_, AppState>) -> Res<Vec<Chat>> {
+    Ok(state.service.chats().await?)
+}
+
+#[tauri::command]
+async fn new_chat(state: State<'_, AppState>) -> Res<Chat> {
+    Ok(state.service.new_chat(None).await?)
+}
+
+#[tauri::command]
+async fn rename_chat(state: State<'_, AppState>, chat: ChatId, title: String) -> Res<()> {
+    if title.trim().is_empty() {
+        return Err(anyhow::anyhow!("a chat's title cannot be empty").into());
+    }
+    Ok(state.service.rename_chat(chat, title).await?)
+}
+
+#[tauri::command]
+async fn delete_chat(state: State<'_, AppState>, chat: ChatId) -> Res<()> {
+    Ok(state.service.delete_chat(chat).await?)
+}
+
+#[tauri::command]
+async fn chat_records(state: State<'_, AppState>, chat: ChatId) -> Res<Vec<Record>> {
+    Ok(state.service.records(chat).await?)
+}
+
+#[derive(Serialize)]
+pub struct Asked {
+    chat: ChatId,
+    reply: ReplyId,
+}
+
+/// Asks in `chat`, or in a new chat when none is given (the first question names it).
+#[tauri::command]
+async fn ask(state: State<'_, AppState>, chat: Option<ChatId>, text: String) -> Res<Asked> {
+    if text.trim().is_empty() {
+        return Err(anyhow::anyhow!("the question is empty").into());
+    }
+    let chat = match chat {
+        Some(chat) => chat,
+        None => state.service.new_chat(None).await?.id,
+    };
+    let reply = state.service.ask(chat, text).await?;
+    Ok(Asked { chat, reply })
+}
+
+#[tauri::command]
+async fn retry(state: State<'_, AppState>, chat: ChatId) -> Res<ReplyId> {
+    Ok(state.service.retry(chat).await?)
+}
+
+#[tauri::command]
+async fn stop_reply(state: State<'_, AppState>, chat: ChatId) -> Res<bool> {
+    Ok(state.service.stop(chat).await?)
+}
+
+/// Attaches the calling window to a chat: its current (or last) reply from the first event, then
+/// live. The window's previous chat attachment ends.
+#[tauri::command]
+async fn attach_chat(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    chat: ChatId,
+    on_event: Channel<Event>,
+) -> Res<()> {
+    let mut attachment = state.service.attach(chat).await?;
+    let task = tauri::async_runtime::spawn(async move {
+        while let Some(event) = attachment.next().await {
+            if on_event.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    state.forward(window.label(), "chat", task);
+    Ok(())
+}
+
+/// Streams what is going on (replying chats, the voice queue, chat list changes).
+#[tauri::command]
+async fn watch_activity(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    on_change: Channel<Activity>,
+) -> Res<()> {
+    let mut activity = state.service.activity();
+    let task = tauri::async_runtime::spawn(async move {
+        loop {
+            let now = activity.borrow_and_update().clone();
+            if on_change.send(now).is_err() || activity.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    state.forward(window.label(), "activity", task);
+    Ok(())
+}
+
+#[tauri::command]
+fn get_settings(state: State<'_, AppState>) -> SettingsView {
+    SettingsView::of(&state)
+}
+
+#[tauri::command]
+async fn save_settings(
+    app: AppHandle,
+    state: State<'_, AppState>,
+    form: SettingsForm,
+) -> Res<SettingsView> {
+    crate::settings::save(&app, &state, form).await?;
+    Ok(SettingsView::of(&state))
+}
+
+/// Opens a link of a reply in the system browser, never in the webview.
+#[tauri::command]
+fn open_link(url: String) -> Res<()> {
+    let parsed = url.trim();
+    let allowed = ["https://", "http://", "mailto:"]
+        .iter()
+        .any(|scheme| parsed.to_ascii_lowercase().starts_with(scheme));
+    if !allowed {
+        return Err(anyhow::anyhow!("only web and mail links are opened").into());
+    }
+    tauri_plugin_opener::open_url(parsed, None::<&str>)?;
+    Ok(())
+}
+
+#[tauri::command]
+fn show_window(app: AppHandle, label: String) -> Res<()> {
+    match label.as_str() {
+        CHAT | ORB => {
+            windows::show(&app, &label);
+            Ok(())
+        }
+        _ => Err(anyhow::anyhow!("no window {label:?}").into()),
+    }
+}
+
+/// Attaches the orb to the voice conversation: its status, then its replies' events. Never opens
+/// the microphone.
+#[tauri::command]
+async fn orb_attach(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    on_update: Channel<VoiceUpdate>,
+) -> Res<()> {
+    let mut attachment = state.service.voice_attach().await?;
+    let task = tauri::async_runtime::spawn(async move {
+        while let Some(update) = attachment.next().await {
+            if on_update.send(update).is_err() {
+                break;
+            }
+        }
+    });
+    state.forward(window.label(), "voice", task);
+    Ok(())
+}
+
+#[tauri::command]
+async fn orb_ask(state: State<'_, AppState>, text: String) -> Res<VoiceTicket> {
+    Ok(state.service.voice_ask(text).await?)
+}
+
+#[tauri::command]
+async fn orb_remove(state: State<'_, AppState>, id: u64) -> Res<bool> {
+    Ok(state.service.voice_remove(id).await?)
+}
+
+#[tauri::command]
+async fn orb_stop(state: State<'_, AppState>) -> Res<bool> {
+    Ok(state.service.voice_stop().await?)
+}
+
+#[tauri::command]
+async fn orb_end(state: State<'_, AppState>) -> Res<bool> {
+    Ok(state.service.end_conversation().await?)
+}
+
+#[tauri::command]
+async fn orb_set_mode(state: State<'_, AppState>, mode: ListenMode) -> Res<()> {
+    Ok(state.service.set_listen_mode(mode).await?)
+}
+
+#[tauri::command]
+async fn orb_acknowledge(state: State<'_, AppState>) -> Res<()> {
+    Ok(state.service.acknowledge_answer().await?)
+}
+
+#[tauri::command]
+fn orb_hide(app: AppHandle) {
+    windows::hide(&app, ORB);
+}

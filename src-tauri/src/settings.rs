@@ -1,0 +1,184 @@
+//! The Settings page's data: what the page is shown (never a key: only where one was found) and
+//! what it saves (to the settings file; a key to the OS keyring).
+
+use anyhow::Context as _;
+use jarvis::config::{self, BackendKind, SettingValue, Theme};
+use jarvis::service::ListenMode;
+use jarvis::ServiceOptions;
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use tauri::{AppHandle, Emitter};
+
+use crate::app::{backend_for, AppState};
+
+/// What the Settings page shows.
+#[derive(Serialize)]
+pub struct SettingsView {
+    backend: BackendKind,
+    /// Per backend: its model and base URL as set now.
+    anthropic: Endpoint,
+    openai: Endpoint,
+    local: Endpoint,
+    /// Where each remote backend's key was found ("environment", "OS keyring"), or nothing.
+    anthropic_key: Option<String>,
+    openai_key: Option<String>,
+    shortcut: String,
+    save_conversations: bool,
+    listen_mode: ListenMode,
+    theme: Theme,
+    /// The file the settings are saved in.
+    path: String,
+}
+
+#[derive(Serialize)]
+struct Endpoint {
+    model: String,
+    base_url: Option<String>,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn key_var(kind: BackendKind) -> Option<&'static str> {
+    match kind {
+        BackendKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+        BackendKind::Openai => Some("OPENAI_API_KEY"),
+        BackendKind::Local => None,
+    }
+}
+
+fn key_source(var: &str) -> Option<String> {
+    config::find_key(var, &env).map(|(_, source)| source.to_string())
+}
+
+impl SettingsView {
+    pub fn of(state: &AppState) -> SettingsView {
+        let config = state.config.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &config.settings;
+        SettingsView {
+            backend: s.backend,
+            anthropic: Endpoint {
+                model: s.anthropic.model.clone(),
+                base_url: Some(s.anthropic.base_url.clone()),
+            },
+            openai: Endpoint {
+                model: s.openai.model.clone(),
+                base_url: Some(s.openai.base_url.clone()),
+            },
+            local: Endpoint {
+                model: s.local.model.clone(),
+                base_url: None,
+            },
+            anthropic_key: key_source("ANTHROPIC_API_KEY"),
+            openai_key: key_source("OPENAI_API_KEY"),
+            shortcut: s.desktop.shortcut.clone(),
+            save_conversations: s.voice.save_conversations,
+            listen_mode: s.voice.mode,
+            theme: s.desktop.theme,
+            path: config.path.display().to_string(),
+        }
+    }
+}
+
+/// What the Settings page saves. `api_key` is write-only: stored in the keyring, never echoed.
+#[derive(Deserialize)]
+pub struct SettingsForm {
+    backend: BackendKind,
+    model: String,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    shortcut: String,
+    save_conversations: bool,
+    theme: Theme,
+}
+
+pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyhow::Result<()> {
+    let shortcut = form.shortcut.trim().to_string();
+    crate::shortcut::parse(&shortcut)?;
+    if form.model.trim().is_empty() {
+        anyhow::bail!("the model cannot be empty");
+    }
+    let section = form.backend.as_str();
+    let text = |v: &str| Some(SettingValue::Text(v.trim().to_string()));
+    let theme = match form.theme {
+        Theme::System => "system",
+        Theme::Light => "light",
+        Theme::Dark => "dark",
+    };
+    let mut changes: Vec<(Vec<&str>, Option<SettingValue>)> = vec![
+        (vec!["backend"], text(section)),
+        (vec![section, "model"], text(&form.model)),
+        (vec!["desktop", "shortcut"], text(&shortcut)),
+        (vec!["desktop", "theme"], text(theme)),
+        (
+            vec!["voice", "save_conversations"],
+            Some(SettingValue::Bool(form.save_conversations)),
+        ),
+    ];
+    if form.backend != BackendKind::Local {
+        if let Some(url) = form.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            let url = url.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                anyhow::bail!("the base URL must start with http:// or https://");
+            }
+            changes.push((vec![section, "base_url"], text(url)));
+        }
+    }
+    if let (Some(var), Some(key)) = (
+        key_var(form.backend),
+        form.api_key.as_deref().filter(|k| !k.trim().is_empty()),
+    ) {
+        config::store_key(var, &SecretString::from(key.trim().to_string()))
+            .with_context(|| format!("cannot store {var} in the OS keyring"))?;
+    }
+    let path = state
+        .config
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .path
+        .clone();
+    let mut settings = tokio::task::spawn_blocking(move || {
+        let borrowed: Vec<(&[&str], Option<SettingValue>)> = changes
+            .iter()
+            .map(|(keys, value)| (keys.as_slice(), value.clone()))
+            .collect();
+        config::write_settings(&path, &borrowed)
+    })
+    .await
+    .context("saving the settings stopped")??;
+    settings.apply_env(&env)?;
+
+    let (old, new_config) = {
+        let mut config = state.config.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::replace(&mut config.settings, settings);
+        config.file_found = true;
+        (old, config.clone())
+    };
+    let new = &new_config.settings;
+    let backend_changed = old.backend != new.backend
+        || old.anthropic != new.anthropic
+        || old.openai != new.openai
+        || old.local != new.local
+        || old.replies != new.replies
+        || form.api_key.is_some_and(|k| !k.trim().is_empty())
+        // A problem (a bad file, a missing key) may be fixed now: look again.
+        || state.problem.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+    // The next reply uses the new backend; one being written keeps its own. An unchanged
+    // backend is kept (a local model stays loaded).
+    let backend = if backend_changed {
+        let (backend, problem) = backend_for(&new_config);
+        *state.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+        Some(backend)
+    } else {
+        None
+    };
+    let old_shortcut = old.desktop.shortcut;
+    let options = ServiceOptions::from_settings(&new_config.settings);
+    state.service.reconfigure(backend, options).await?;
+    if old_shortcut != shortcut {
+        crate::shortcut::register(app, &shortcut)?;
+    }
+    let _ = app.emit("theme-changed", new_config.settings.desktop.theme);
+    Ok(())
+}

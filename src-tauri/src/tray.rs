@@ -1,0 +1,158 @@
+//! The tray icon and its menu. Its actions are also what a second start of the app hands over
+//! (`jarvis-desktop --action stop-reply`), so one path serves both.
+
+use tauri::menu::{Menu, MenuItem, PredefinedMenuItem};
+use tauri::tray::TrayIconBuilder;
+use tauri::{AppHandle, Emitter, Manager, Wry};
+use tauri_plugin_dialog::{DialogExt, MessageDialogButtons, MessageDialogKind};
+
+use crate::app::AppState;
+use crate::windows::{self, CHAT, ORB};
+
+/// What the tray menu (or a second start) asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    ShowChat,
+    ShowOrb,
+    StopReply,
+    EndConversation,
+    Settings,
+    Quit,
+}
+
+impl Action {
+    const ALL: [(Action, &'static str); 6] = [
+        (Action::ShowChat, "show-chat"),
+        (Action::ShowOrb, "show-orb"),
+        (Action::StopReply, "stop-reply"),
+        (Action::EndConversation, "end-conversation"),
+        (Action::Settings, "settings"),
+        (Action::Quit, "quit"),
+    ];
+
+    pub fn id(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map(|(_, id)| *id)
+            .unwrap_or("show-chat")
+    }
+
+    fn from_id(id: &str) -> Option<Action> {
+        Self::ALL.iter().find(|(_, i)| *i == id).map(|(a, _)| *a)
+    }
+
+    /// `--action NAME` among a command line's arguments.
+    pub fn from_args(args: &[String]) -> Option<Action> {
+        let at = args.iter().position(|a| a == "--action")?;
+        Self::from_id(args.get(at + 1)?)
+    }
+}
+
+pub fn perform(app: &AppHandle, action: Action) {
+    tracing::debug!(?action, "tray action");
+    match action {
+        Action::ShowChat => windows::show(app, CHAT),
+        Action::ShowOrb => windows::show(app, ORB),
+        Action::Settings => {
+            windows::show(app, CHAT);
+            let _ = app.emit_to(CHAT, "open-settings", ());
+        }
+        Action::StopReply => {
+            let service = app.state::<AppState>().service.clone();
+            tauri::async_runtime::spawn(async move {
+                match service.stop_all().await {
+                    Ok(n) => tracing::info!(stopped = n, "stop reply"),
+                    Err(err) => tracing::warn!(%err, "stop reply"),
+                }
+            });
+        }
+        Action::EndConversation => {
+            let service = app.state::<AppState>().service.clone();
+            tauri::async_runtime::spawn(async move {
+                if let Err(err) = service.end_conversation().await {
+                    tracing::warn!(%err, "end conversation");
+                }
+            });
+        }
+        Action::Quit => quit(app),
+    }
+}
+
+/// Quits; asks first when a reply is being written, since quitting stops it.
+fn quit(app: &AppHandle) {
+    let replying = app
+        .state::<AppState>()
+        .service
+        .activity()
+        .borrow()
+        .can_stop();
+    if !replying {
+        app.exit(0);
+        return;
+    }
+    let handle = app.clone();
+    app.dialog()
+        .message("Jarvis is still replying. Quitting stops the reply; what it has written so far is kept.")
+        .title("Quit Jarvis?")
+        .kind(MessageDialogKind::Warning)
+        .buttons(MessageDialogButtons::OkCancelCustom(
+            "Quit".into(),
+            "Keep running".into(),
+        ))
+        .show(move |quit| {
+            if quit {
+                handle.exit(0);
+            }
+        });
+}
+
+pub fn build(app: &AppHandle) -> tauri::Result<()> {
+    let item = |action: Action, text: &str, enabled: bool| {
+        MenuItem::with_id(app, action.id(), text, enabled, None::<&str>)
+    };
+    let stop = item(Action::StopReply, "Stop reply", false)?;
+    let end = item(Action::EndConversation, "End conversation", false)?;
+    let menu: Menu<Wry> = Menu::with_items(
+        app,
+        &[
+            &item(Action::ShowChat, "Show chat", true)?,
+            &item(Action::ShowOrb, "Show orb", true)?,
+            &PredefinedMenuItem::separator(app)?,
+            &stop,
+            &end,
+            &PredefinedMenuItem::separator(app)?,
+            &item(Action::Settings, "Settings", true)?,
+            &item(Action::Quit, "Quit", true)?,
+        ],
+    )?;
+    let mut tray = TrayIconBuilder::with_id("jarvis")
+        .tooltip("Jarvis")
+        .menu(&menu)
+        .on_menu_event(|app, event| {
+            if let Some(action) = Action::from_id(event.id().as_ref()) {
+                perform(app, action);
+            }
+        });
+    if let Some(icon) = app.default_window_icon() {
+        tray = tray.icon(icon.clone());
+    }
+    tray.build(app)?;
+
+    // Stop reply and End conversation are enabled only when there is something to stop or end.
+    let mut activity = app.state::<AppState>().service.activity();
+    tauri::async_runtime::spawn(async move {
+        loop {
+            let (can_stop, conversation) = {
+                let a = activity.borrow_and_update();
+                (a.can_stop(), a.conversation)
+            };
+            let _ = stop.set_enabled(can_stop);
+            let _ = end.set_enabled(conversation);
+            if activity.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Showing and hiding windows. Closing a window hides it; hiding detaches it (its attachments end,
+//! replies go on); showing it again tells its page to attach again, which replays the current
+//! reply from its first event.
+
+use tauri::{AppHandle, Emitter, Manager, Window, WindowEvent};
+
+use crate::app::AppState;
+
+pub const CHAT: &str = "chat";
+pub const ORB: &str = "orb";
+
+/// The event a page attaches again on.
+pub const ATTACH_AGAIN: &str = "attach-again";
+
+pub fn on_event(window: &Window, event: &WindowEvent) {
+    if let WindowEvent::CloseRequested { api, .. } = event {
+        api.prevent_close();
+        hide(window.app_handle(), window.label());
+    }
+}
+
+pub fn hide(app: &AppHandle, label: &str) {
+    if let Some(window) = app.get_webview_window(label) {
+        if let Err(err) = window.hide() {
+            tracing::warn!(%err, label, "cannot hide a window");
+        }
+    }
+    app.state::<AppState>().detach(label);
+}
+
+/// Shows a window; the chat window also takes focus, the orb never does.
+pub fn show(app: &AppHandle, label: &str) {
+    let Some(window) = app.get_webview_window(label) else {
+        return;
+    };
+    let was_visible = window.is_visible().unwrap_or(false);
+    let _ = window.unminimize();
+    if let Err(err) = window.show() {
+        tracing::warn!(%err, label, "cannot show a window");
+    }
+    if label == CHAT {
+        let _ = window.set_focus();
+    }
+    if !was_visible {
+        let _ = app.emit_to(label, ATTACH_AGAIN, ());
+    }
+}
+
+/// The first time (no remembered place), the orb goes to the top right corner of its screen,
+/// out of the chat window's way. After that the window-state plugin puts it where it was left.
+pub fn place_orb_first_time(app: &AppHandle) {
+    let remembered = app
+        .path()
+        .app_config_dir()
+        .map(|dir| {
+            dir.join(tauri_plugin_window_state::DEFAULT_FILENAME)
+                .exists()
+        })
+        .unwrap_or(false);
+    let Some(orb) = app.get_webview_window(ORB) else {
+        return;
+    };
+    if remembered {
+        return;
+    }
+    // The configured width: before it is first drawn, the window may not know its size yet.
+    let width = app
+        .config()
+        .app
+        .windows
+        .iter()
+        .find(|w| w.label == ORB)
+        .map(|w| w.width)
+        .unwrap_or(240.0);
+    let monitor = orb
+        .current_monitor()
+        .ok()
+        .flatten()
+        .or_else(|| orb.primary_monitor().ok().flatten());
+    if let Some(monitor) = monitor {
+        let scale = monitor.scale_factor();
+        let area = monitor.size();
+        let margin = (24.0 * scale) as i32;
+        let x = monitor.position().x + area.width as i32 - (width * scale) as i32 - margin;
+        let y = monitor.position().y + margin;
+        let _ = orb.set_position(tauri::PhysicalPosition::new(x, y));
+    }
+}

@@ -1,0 +1,263 @@
+//! The real app in real WebKit: each test starts `jarvis-desktop` through tauri-driver and
+//! WebKitWebDriver, its backend the stub LLM server on loopback, its data in a temporary folder,
+//! and drives both windows as a user would. They need a display, a window manager and a session
+//! bus, so they are ignored by a plain `cargo test`; `scripts/e2e` provides all three (Xvfb,
+//! openbox, dbus-run-session) and runs them. Screenshots of both windows are saved per test under
+//! `$CARGO_TARGET_DIR/e2e-screenshots/` (or `target/`), never committed.
+
+mod support;
+
+use std::time::Duration;
+
+use jarvis::ReplyState;
+use jarvis_stub::{Script, Stub};
+use support::*;
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_prompt_streams_in_and_its_chat_is_listed_after_a_restart() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let answer = "Paris is the capital of France. It lies on the Seine, and about two million people live there.";
+    stub.push(
+        Script::text(answer)
+            .deltas_of(6)
+            .paced(Duration::from_millis(40)),
+    );
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question("What is the capital of France?").await;
+
+    // It streams: part of the answer is on screen before the whole of it.
+    let partial = app
+        .wait_for("part of the answer", |app| async move {
+            let text = app.live_text().await;
+            (!text.is_empty() && text.len() < answer.len()).then_some(text)
+        })
+        .await;
+    assert!(answer.starts_with(partial.trim()), "{partial:?}");
+    app.wait_for_state("done").await;
+    assert_eq!(app.live_text().await.trim(), answer);
+    app.screenshots("prompt").await;
+    app.quit().await;
+
+    // Started again on the same data: the chat is listed, with question and answer.
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    let titles = app
+        .wait_for("the chat list", |app| async move {
+            let t = app.texts(".chat-item .chat-name").await;
+            (!t.is_empty()).then_some(t)
+        })
+        .await;
+    assert_eq!(titles, ["What is the capital of France?"]);
+    let shown = app
+        .wait_for("the records", |app| async move {
+            let t = app.texts(".message .body").await;
+            (t.len() == 2).then_some(t)
+        })
+        .await;
+    assert_eq!(shown, ["What is the capital of France?", answer]);
+    app.screenshots("prompt-restarted").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn closing_the_chat_window_mid_reply_only_detaches_it_and_showing_it_again_shows_the_reply_whole(
+) {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let answer = (1..=60)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    stub.push(
+        Script::text(answer.clone())
+            .deltas_of(4)
+            .paced(Duration::from_millis(40)),
+    );
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question("Count words").await;
+    app.wait_for("the reply to begin", |app| async move {
+        (!app.live_text().await.is_empty()).then_some(())
+    })
+    .await;
+
+    // Closed the way a user closes it: the window manager's close.
+    app.close_window_like_a_user("Jarvis");
+    app.wait_for("the window to hide", |_| async move {
+        (!window_mapped("Jarvis")).then_some(())
+    })
+    .await;
+    // The reply goes on without it.
+    data.wait_for_reply_end().await;
+    app.action("show-chat").await;
+    app.chat_window().await;
+    app.wait_for_state("done").await;
+    let shown = app.live_text().await;
+    assert_eq!(
+        shown.trim(),
+        answer,
+        "the whole reply, from its first event"
+    );
+    assert_eq!(data.last_answer(), answer);
+    app.screenshots("reopened").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn stop_reply_through_the_trays_command_path_stops_it_and_keeps_its_text() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let answer = (1..=200)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    stub.push(
+        Script::text(answer.clone())
+            .deltas_of(4)
+            .paced(Duration::from_millis(40)),
+    );
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question("Talk for a while").await;
+    app.wait_for("some of the reply", |app| async move {
+        (app.live_text().await.len() > 12).then_some(())
+    })
+    .await;
+    // The tray menu's Stop reply and `jarvis-desktop --action stop-reply` are one code path.
+    app.action("stop-reply").await;
+    app.wait_for_state("stopped").await;
+    let shown = app.live_text().await;
+    assert!(answer.starts_with(shown.trim()) && shown.len() < answer.len());
+    let status = app.text(".message.assistant .status").await;
+    assert!(status.contains("Stopped"), "{status}");
+    let (state, stored) = data.last_reply();
+    assert_eq!(state, ReplyState::Stopped);
+    assert_eq!(stored.trim(), shown.trim(), "what was written is kept");
+    app.screenshots("stopped").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn html_and_script_in_a_reply_show_as_text_and_never_run() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let answer = "Here: <img src=x onerror=\"window.__pwned = 1\"> and <script>window.__pwned = 2</script> and [a link](javascript:window.__pwned=3).";
+    stub.push(Script::text(answer).deltas_of(5));
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question("Say something risky").await;
+    app.wait_for_state("done").await;
+    let shown = app.live_text().await;
+    assert!(
+        shown.contains("<img src=x onerror=\"window.__pwned = 1\">"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("<script>window.__pwned = 2</script>"),
+        "{shown}"
+    );
+    assert_eq!(app.count(".message img, .message script").await, 0);
+    assert_eq!(app.count(".message a[href^='javascript']").await, 0);
+    // Clicking the reply, its would-be link included, runs nothing either.
+    app.click(".message.assistant .body").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pwned = app.eval("return window.__pwned === undefined").await;
+    assert_eq!(pwned, serde_json::json!(true), "no handler ran");
+    app.screenshots("script-in-reply").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_orb_is_undecorated_on_top_off_the_taskbar_and_shows_thinking_speaking_idle() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("Hello there. I am the orb's answer.")
+            .deltas_of(4)
+            .paced(Duration::from_millis(60)),
+    );
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    let props = app.window_properties("Jarvis orb");
+    assert!(
+        props.contains("_NET_WM_STATE_ABOVE"),
+        "always on top: {props}"
+    );
+    assert!(
+        props.contains("_NET_WM_STATE_SKIP_TASKBAR"),
+        "off the taskbar: {props}"
+    );
+    assert!(
+        props.contains("_MOTIF_WM_HINTS(_MOTIF_WM_HINTS) = 0x2, 0x0"),
+        "undecorated: {props}"
+    );
+    assert!(
+        !app.active_window_title().contains("orb"),
+        "the orb did not take focus"
+    );
+
+    app.orb_window().await;
+    app.eval(
+        "window.__phases = [document.getElementById('orb-card').dataset.phase];
+         new MutationObserver(() => {
+           const p = document.getElementById('orb-card').dataset.phase;
+           if (window.__phases[window.__phases.length - 1] !== p) window.__phases.push(p);
+         }).observe(document.getElementById('orb-card'), { attributes: true });
+         return true;",
+    )
+    .await;
+    app.type_into("#orb-question", "Who are you?\n").await;
+    app.wait_for("the orb to finish", |app| async move {
+        let phases = app.eval("return window.__phases").await;
+        let phases: Vec<String> = serde_json::from_value(phases).unwrap_or_default();
+        (phases.len() >= 4 && phases.last().map(String::as_str) == Some("idle")).then_some(())
+    })
+    .await;
+    let phases: Vec<String> =
+        serde_json::from_value(app.eval("return window.__phases").await).unwrap();
+    assert_eq!(phases, ["idle", "thinking", "speaking", "idle"]);
+    let answer = app.text("#answer").await;
+    assert_eq!(answer.trim(), "Hello there. I am the orb's answer.");
+    app.screenshots("orb").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_push_to_talk_shortcut_pressed_with_xdotool_reaches_the_service() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the orb to attach", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
+    })
+    .await;
+    assert!(!app.visible("#mic").await, "the microphone starts shut");
+    xdotool(&["keydown", "ctrl+alt+space"]);
+    app.wait_for("listening", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "listening" && app.visible("#mic").await)
+            .then_some(())
+    })
+    .await;
+    app.screenshots("push-to-talk").await;
+    xdotool(&["keyup", "ctrl+alt+space"]);
+    app.wait_for("the utterance to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle" && !app.visible("#mic").await)
+            .then_some(())
+    })
+    .await;
+    app.quit().await;
+}

@@ -1,0 +1,76 @@
+// Typed calls to the Rust commands. Errors arrive as one message string.
+
+import { Channel, invoke } from "@tauri-apps/api/core";
+import { listen, type UnlistenFn } from "@tauri-apps/api/event";
+import type {
+  Activity,
+  AppInfo,
+  Chat,
+  ChatRecord,
+  ListenMode,
+  ReplyEvent,
+  SettingsForm,
+  SettingsView,
+  Theme,
+  VoiceTicket,
+  VoiceUpdate,
+} from "./types";
+
+export const api = {
+  appInfo: () => invoke<AppInfo>("app_info"),
+  listChats: () => invoke<Chat[]>("list_chats"),
+  newChat: () => invoke<Chat>("new_chat"),
+  renameChat: (chat: number, title: string) => invoke<void>("rename_chat", { chat, title }),
+  deleteChat: (chat: number) => invoke<void>("delete_chat", { chat }),
+  records: (chat: number) => invoke<ChatRecord[]>("chat_records", { chat }),
+  ask: (chat: number | null, text: string) =>
+    invoke<{ chat: number; reply: number }>("ask", { chat, text }),
+  retry: (chat: number) => invoke<number>("retry", { chat }),
+  stop: (chat: number) => invoke<boolean>("stop_reply", { chat }),
+  attachChat: (chat: number, onEvent: (e: ReplyEvent) => void) => {
+    const channel = new Channel<ReplyEvent>();
+    channel.onmessage = onEvent;
+    return invoke<void>("attach_chat", { chat, onEvent: channel });
+  },
+  watchActivity: (onChange: (a: Activity) => void) => {
+    const channel = new Channel<Activity>();
+    channel.onmessage = onChange;
+    return invoke<void>("watch_activity", { onChange: channel });
+  },
+  getSettings: () => invoke<SettingsView>("get_settings"),
+  saveSettings: (form: SettingsForm) => invoke<SettingsView>("save_settings", { form }),
+  openLink: (url: string) => invoke<void>("open_link", { url }),
+  showWindow: (label: "chat" | "orb") => invoke<void>("show_window", { label }),
+  orbAttach: (onUpdate: (u: VoiceUpdate) => void) => {
+    const channel = new Channel<VoiceUpdate>();
+    channel.onmessage = onUpdate;
+    return invoke<void>("orb_attach", { onUpdate: channel });
+  },
+  orbAsk: (text: string) => invoke<VoiceTicket>("orb_ask", { text }),
+  orbRemove: (id: number) => invoke<boolean>("orb_remove", { id }),
+  orbStop: () => invoke<boolean>("orb_stop"),
+  orbEnd: () => invoke<boolean>("orb_end"),
+  orbSetMode: (mode: ListenMode) => invoke<void>("orb_set_mode", { mode }),
+  orbAcknowledge: () => invoke<void>("orb_acknowledge"),
+  orbHide: () => invoke<void>("orb_hide"),
+};
+
+/** Runs `handler` whenever the app asks this page to attach again (its window was shown). */
+export function onAttachAgain(handler: () => void): Promise<UnlistenFn> {
+  return listen("attach-again", () => handler());
+}
+
+export function onOpenSettings(handler: () => void): Promise<UnlistenFn> {
+  return listen("open-settings", () => handler());
+}
+
+export function onThemeChanged(handler: (theme: Theme) => void): Promise<UnlistenFn> {
+  return listen<Theme>("theme-changed", (e) => handler(e.payload));
+}
+
+/** The message of a failed command. */
+export function message(err: unknown): string {
+  if (typeof err === "string") return err;
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

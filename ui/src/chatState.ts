@@ -1,0 +1,128 @@
+// The chat page's view state, kept apart from the DOM so it can be tested: the stored records of
+// the open chat, and the live reply its attachment streams (replayed from its first event).
+
+import type { ChatRecord, ReplyEvent, ReplyState } from "./types";
+
+export interface LiveReply {
+  reply: number;
+  question: number;
+  text: string;
+  /** `started` until the backend says whether it waits or runs. */
+  state: ReplyState | "started";
+  reason: string | null;
+  /** Shown while the reply waits for the backend. */
+  waiting: string | null;
+  /** Shown while a failed request is tried again. */
+  retrying: string | null;
+}
+
+export interface ChatView {
+  chat: number | null;
+  records: ChatRecord[];
+  live: LiveReply | null;
+}
+
+export interface Message {
+  key: string;
+  role: "user" | "assistant";
+  text: string;
+  /** For the live reply: how it stands. */
+  live?: LiveReply;
+}
+
+export function emptyView(chat: number | null = null): ChatView {
+  return { chat, records: [], live: null };
+}
+
+/** Applies one event of the chat's attachment. Returns the new view and whether the stored
+ *  records should be read again (a question appeared that the page has not seen). */
+export function applyEvent(view: ChatView, event: ReplyEvent): { view: ChatView; reload: boolean } {
+  if (event.type === "reply_started") {
+    if (event.chat !== view.chat) return { view, reload: false };
+    const live: LiveReply = {
+      reply: event.reply,
+      question: event.question,
+      text: "",
+      state: "started",
+      reason: null,
+      waiting: null,
+      retrying: null,
+    };
+    const known = view.records.some((r) => r.id === event.question);
+    return { view: { ...view, live }, reload: !known };
+  }
+  const live = view.live;
+  if (!live || live.reply !== event.reply) return { view, reload: false };
+  let next: LiveReply;
+  switch (event.type) {
+    case "waiting":
+      next = { ...live, state: "waiting", waiting: event.message };
+      break;
+    case "running":
+      next = { ...live, state: "running", waiting: null };
+      break;
+    case "retrying":
+      next = {
+        ...live,
+        retrying: `${event.reason} — trying again in ${Math.ceil(event.wait_ms / 1000)} s (attempt ${event.attempt})`,
+      };
+      break;
+    case "delta":
+      next = { ...live, state: "running", text: live.text + event.text, waiting: null, retrying: null };
+      break;
+    case "reply_ended":
+      next = { ...live, state: event.state, reason: event.reason, waiting: null, retrying: null };
+      break;
+  }
+  // The stored answer of a reply that ended is read again, so the page shows what the store has.
+  return { view: { ...view, live: next }, reload: event.type === "reply_ended" };
+}
+
+export function isReplying(view: ChatView): boolean {
+  const state = view.live?.state;
+  return state === "started" || state === "waiting" || state === "running";
+}
+
+/** Why the composer is disabled, or null when a question can be sent. */
+export function composerBlock(view: ChatView): string | null {
+  if (!isReplying(view)) return null;
+  return view.live?.state === "waiting"
+    ? "This chat's question waits for the backend; press Stop to withdraw it."
+    : "Jarvis is replying. Wait for the reply to end, or press Stop.";
+}
+
+/** What the page shows: the stored records, with the live reply in place of its stored answer. */
+export function messages(view: ChatView): Message[] {
+  const live = view.live;
+  const out: Message[] = [];
+  let placed = false;
+  for (const record of view.records) {
+    if (record.role === "tool") continue;
+    if (live && record.role === "assistant" && record.reply === live.reply) continue;
+    out.push({ key: `r${record.id}`, role: record.role, text: record.text });
+    if (live && record.id === live.question) {
+      out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, live });
+      placed = true;
+    }
+  }
+  if (live && !placed && view.records.length > 0) {
+    out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, live });
+  }
+  return out;
+}
+
+/** A short label for a reply that did not simply finish. */
+export function endingNote(live: LiveReply): string | null {
+  switch (live.state) {
+    case "stopped":
+      return "Stopped — what was written is kept.";
+    case "failed":
+      return `Failed: ${live.reason ?? "the backend gave no reason"}`;
+    case "interrupted":
+      return `Interrupted: ${live.reason ?? "Jarvis stopped while writing this reply"}`;
+    case "done":
+      return live.reason; // e.g. cut off at the token limit
+    default:
+      return null;
+  }
+}

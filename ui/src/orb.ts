@@ -1,0 +1,126 @@
+// The orb: the voice conversation's face. It attaches on load and whenever it is shown again,
+// never opens the microphone by itself, and shows the open microphone whenever it is open.
+
+import { api, message, onAttachAgain, onThemeChanged } from "./api";
+import { byId, h } from "./dom";
+import { renderMarkdown } from "./markdown";
+import {
+  applyOrbEvent,
+  applyStatus,
+  canStop,
+  emptyOrb,
+  MODE_LABEL,
+  phase,
+  PHASE_LABEL,
+  type OrbView,
+} from "./orbState";
+import { applyTheme } from "./theme";
+import type { ListenMode, VoiceUpdate } from "./types";
+
+let view: OrbView = emptyOrb();
+/** Play answer was pressed since this window attached. */
+let played = false;
+let seq = 0;
+
+function onUpdate(update: VoiceUpdate): void {
+  if (update.kind === "status") {
+    view = applyStatus(view, update.value);
+  } else {
+    view = applyOrbEvent(view, update.value);
+  }
+  render();
+}
+
+async function attach(): Promise<void> {
+  const mine = ++seq;
+  view = emptyOrb();
+  played = false;
+  render();
+  try {
+    await api.orbAttach((u) => {
+      if (mine === seq) onUpdate(u);
+    });
+  } catch (err) {
+    byId("orb-error").textContent = message(err);
+  }
+}
+
+function render(): void {
+  const p = phase(view);
+  const card = byId("orb-card");
+  card.dataset.phase = p;
+  byId("orb").setAttribute("aria-label", `Jarvis: ${PHASE_LABEL[p]}`);
+  const pending = view.status.pending_mode;
+  byId("phase").textContent = pending
+    ? `${PHASE_LABEL[p]} · ${MODE_LABEL[pending]} after this reply`
+    : PHASE_LABEL[p];
+  byId("mic").hidden = !view.status.listening;
+  byId("orb-stop").hidden = !canStop(view);
+  byId<HTMLSelectElement>("mode").value = pending ?? view.status.mode;
+
+  const away = view.status.answered_away !== null && !played;
+  byId("away").hidden = !away;
+  byId("continue").hidden = away || view.status.chat === null || view.state !== "ended";
+  const answer = byId("answer");
+  answer.hidden = away || view.text === "";
+  if (!answer.hidden) {
+    answer.innerHTML = renderMarkdown(view.text);
+    answer.scrollTop = answer.scrollHeight;
+  }
+  if (view.ended === "failed" && view.reason) {
+    byId("orb-error").textContent = `The reply failed: ${view.reason}`;
+  }
+  const items = view.status.queue.map((q) => {
+    const remove = h("button", { class: "icon", type: "button", title: "Remove", "aria-label": `Remove “${q.text}”` }, "✕");
+    remove.addEventListener("click", () => {
+      api.orbRemove(q.id).catch((err) => (byId("orb-error").textContent = message(err)));
+    });
+    return h("li", { "data-queued": String(q.id) }, h("span", { class: "q" }, q.text), remove);
+  });
+  byId("queue").replaceChildren(...items);
+}
+
+async function init(): Promise<void> {
+  byId("hide").addEventListener("click", () => void api.orbHide());
+  byId("open-chat").addEventListener("click", () => void api.showWindow("chat"));
+  byId("orb-stop").addEventListener("click", () => {
+    api.orbStop().catch((err) => (byId("orb-error").textContent = message(err)));
+  });
+  byId("end").addEventListener("click", () => {
+    api.orbEnd().catch((err) => (byId("orb-error").textContent = message(err)));
+  });
+  byId<HTMLSelectElement>("mode").addEventListener("change", (e) => {
+    const mode = (e.target as HTMLSelectElement).value as ListenMode;
+    api.orbSetMode(mode).catch((err) => (byId("orb-error").textContent = message(err)));
+  });
+  byId("play").addEventListener("click", () => {
+    // Until speech lands, playing an answer shows it; the service forgets the mark.
+    played = true;
+    void api.orbAcknowledge();
+    render();
+  });
+  byId("continue-btn").addEventListener("click", () => byId("orb-question").focus());
+  byId("ask").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const input = byId<HTMLInputElement>("orb-question");
+    const text = input.value;
+    if (!text.trim()) return;
+    byId("orb-error").textContent = "";
+    try {
+      await api.orbAsk(text);
+      input.value = "";
+    } catch (err) {
+      byId("orb-error").textContent = message(err);
+    }
+  });
+  await onAttachAgain(() => void attach());
+  await onThemeChanged((theme) => applyTheme(theme));
+  try {
+    applyTheme((await api.appInfo()).theme);
+  } catch {
+    // the default look
+  }
+  await attach();
+}
+
+void init();

@@ -1,0 +1,78 @@
+// The Settings dialog: backend, model, base URL, API key (write-only: stored in the OS keyring and
+// never shown back), push-to-talk shortcut, saving voice conversations, theme.
+
+import { api, message } from "./api";
+import { byId } from "./dom";
+import { applyTheme } from "./theme";
+import type { BackendKind, SettingsView, Theme } from "./types";
+
+let current: SettingsView | null = null;
+
+const dialog = () => byId<HTMLDialogElement>("settings");
+const backend = () => byId<HTMLSelectElement>("set-backend");
+
+function showBackend(kind: BackendKind): void {
+  if (!current) return;
+  const endpoint = current[kind];
+  byId<HTMLInputElement>("set-model").value = endpoint.model;
+  byId<HTMLInputElement>("set-url").value = endpoint.base_url ?? "";
+  byId("set-url-row").hidden = kind === "local";
+  byId("set-key-row").hidden = kind === "local";
+  const source = kind === "anthropic" ? current.anthropic_key : kind === "openai" ? current.openai_key : null;
+  byId("set-key-note").textContent = source
+    ? `A key is set (from the ${source}).`
+    : kind === "openai"
+      ? "No key set; servers such as Ollama need none."
+      : "No key set.";
+  byId<HTMLInputElement>("set-key").value = "";
+}
+
+export async function openSettings(): Promise<void> {
+  byId("settings-error").textContent = "";
+  try {
+    current = await api.getSettings();
+  } catch (err) {
+    byId("settings-error").textContent = message(err);
+    dialog().showModal();
+    return;
+  }
+  backend().value = current.backend;
+  showBackend(current.backend);
+  byId<HTMLInputElement>("set-shortcut").value = current.shortcut;
+  byId<HTMLInputElement>("set-save").checked = current.save_conversations;
+  byId<HTMLSelectElement>("set-theme").value = current.theme;
+  byId("settings-path").textContent = `Saved in ${current.path}`;
+  dialog().showModal();
+}
+
+export function wireSettings(afterSave: () => Promise<void>): void {
+  backend().addEventListener("change", () => showBackend(backend().value as BackendKind));
+  byId("settings-cancel").addEventListener("click", () => dialog().close());
+  byId("settings-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const save = byId<HTMLButtonElement>("settings-save");
+    save.disabled = true;
+    byId("settings-error").textContent = "";
+    const kind = backend().value as BackendKind;
+    const key = byId<HTMLInputElement>("set-key").value;
+    try {
+      current = await api.saveSettings({
+        backend: kind,
+        model: byId<HTMLInputElement>("set-model").value,
+        base_url: kind === "local" ? null : byId<HTMLInputElement>("set-url").value,
+        api_key: key.trim() ? key : null,
+        shortcut: byId<HTMLInputElement>("set-shortcut").value,
+        save_conversations: byId<HTMLInputElement>("set-save").checked,
+        theme: byId<HTMLSelectElement>("set-theme").value as Theme,
+      });
+      byId<HTMLInputElement>("set-key").value = "";
+      applyTheme(current.theme);
+      dialog().close();
+      await afterSave();
+    } catch (err) {
+      byId("settings-error").textContent = message(err);
+    } finally {
+      save.disabled = false;
+    }
+  });
+}

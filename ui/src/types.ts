@@ -1,0 +1,97 @@
+// The shapes the Rust side sends (serde of the core's types).
+
+export type ReplyState = "waiting" | "running" | "done" | "stopped" | "failed" | "interrupted";
+export type Role = "user" | "assistant" | "tool";
+export type ListenMode = "push_to_talk" | "hands_free" | "wake";
+export type Theme = "system" | "light" | "dark";
+export type BackendKind = "anthropic" | "openai" | "local";
+
+export interface Chat {
+  id: number;
+  title: string;
+  created_at: number;
+  updated_at: number;
+  last_reply: ReplyState | null;
+}
+
+export interface ChatRecord {
+  id: number;
+  chat: number;
+  seq: number;
+  role: Role;
+  text: string;
+  reply: number | null;
+  created_at: number;
+}
+
+export type ReplyEvent =
+  | { type: "reply_started"; chat: number; reply: number; question: number }
+  | { type: "waiting"; reply: number; message: string }
+  | { type: "running"; reply: number }
+  | { type: "retrying"; reply: number; attempt: number; wait_ms: number; reason: string }
+  | { type: "delta"; reply: number; text: string }
+  | { type: "reply_ended"; reply: number; state: ReplyState; reason: string | null };
+
+export interface Activity {
+  replying: number[];
+  queued: number;
+  conversation: boolean;
+  generation: number;
+}
+
+export interface WaitingQuestion {
+  id: number;
+  text: string;
+}
+
+export interface VoiceStatus {
+  chat: number | null;
+  mode: ListenMode;
+  pending_mode: ListenMode | null;
+  listening: boolean;
+  replying: number | null;
+  queue: WaitingQuestion[];
+  answered_away: number | null;
+}
+
+export type VoiceUpdate =
+  | { kind: "status"; value: VoiceStatus }
+  | { kind: "event"; value: ReplyEvent };
+
+export type VoiceTicket = { taken: "started"; reply: number } | { taken: "queued"; id: number };
+
+export interface AppInfo {
+  backend: BackendKind;
+  model: string;
+  theme: Theme;
+  problem: string | null;
+}
+
+export interface Endpoint {
+  model: string;
+  base_url: string | null;
+}
+
+export interface SettingsView {
+  backend: BackendKind;
+  anthropic: Endpoint;
+  openai: Endpoint;
+  local: Endpoint;
+  anthropic_key: string | null;
+  openai_key: string | null;
+  shortcut: string;
+  save_conversations: boolean;
+  listen_mode: ListenMode;
+  theme: Theme;
+  path: string;
+}
+
+export interface SettingsForm {
+  backend: BackendKind;
+  model: string;
+  base_url: string | null;
+  api_key: string | null;
+  shortcut: string;
+  save_conversations: boolean;
+  theme: Theme;
+}

@@ -1,0 +1,76 @@
+import { describe, expect, it } from "vitest";
+import { applyEvent, composerBlock, emptyView, isReplying, messages, type ChatView } from "../src/chatState";
+import type { ChatRecord, ReplyEvent } from "../src/types";
+
+const question: ChatRecord = { id: 10, chat: 1, seq: 1, role: "user", text: "Hi?", reply: null, created_at: 0 };
+
+function run(view: ChatView, events: ReplyEvent[]): { view: ChatView; reloads: number } {
+  let reloads = 0;
+  for (const e of events) {
+    const r = applyEvent(view, e);
+    view = r.view;
+    if (r.reload) reloads++;
+  }
+  return { view, reloads };
+}
+
+describe("the chat view", () => {
+  it("streams a reply after its question and frees the composer when it ends", () => {
+    const start = { ...emptyView(1), records: [question] };
+    let { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "running", reply: 5 },
+      { type: "delta", reply: 5, text: "Hel" },
+      { type: "delta", reply: 5, text: "lo." },
+    ]);
+    expect(isReplying(view)).toBe(true);
+    expect(composerBlock(view)).toMatch(/replying/);
+    expect(messages(view).map((m) => [m.role, m.text])).toEqual([
+      ["user", "Hi?"],
+      ["assistant", "Hello."],
+    ]);
+    ({ view } = run(view, [{ type: "reply_ended", reply: 5, state: "done", reason: null }]));
+    expect(isReplying(view)).toBe(false);
+    expect(composerBlock(view)).toBeNull();
+  });
+
+  it("shows a replayed reply once, in place of its stored answer", () => {
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const start = { ...emptyView(1), records: [question, answer] };
+    const { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "delta", reply: 5, text: "Hello." },
+      { type: "reply_ended", reply: 5, state: "done", reason: null },
+    ]);
+    expect(messages(view).map((m) => m.text)).toEqual(["Hi?", "Hello."]);
+  });
+
+  it("asks for the records again when a reply starts for a question it has not seen", () => {
+    const start = { ...emptyView(1), records: [question] };
+    const { reloads } = run(start, [{ type: "reply_started", chat: 1, reply: 6, question: 12 }]);
+    expect(reloads).toBe(1);
+  });
+
+  it("says why it waits, and drops events of other replies", () => {
+    const start = { ...emptyView(1), records: [question] };
+    const { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "waiting", reply: 5, message: "Waiting for the reply in another chat to finish…" },
+      { type: "delta", reply: 99, text: "not mine" },
+    ]);
+    expect(view.live?.waiting).toBe("Waiting for the reply in another chat to finish…");
+    expect(view.live?.text).toBe("");
+    expect(composerBlock(view)).toMatch(/waits/);
+  });
+
+  it("keeps a stopped reply's text and a failed reply's reason", () => {
+    const start = { ...emptyView(1), records: [question] };
+    const { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "delta", reply: 5, text: "Partial" },
+      { type: "reply_ended", reply: 5, state: "failed", reason: "the server closed the connection" },
+    ]);
+    expect(view.live?.text).toBe("Partial");
+    expect(view.live?.reason).toBe("the server closed the connection");
+  });
+});
