@@ -29,6 +29,9 @@ const COMMANDS: &[&str] = &[
 fn main() {
     // The pages are embedded: a new build of them must rebuild the app.
     println!("cargo:rerun-if-changed=../ui/dist");
+    if !std::path::Path::new("../ui/dist/index.html").exists() {
+        panic!("the pages are not built (ui/dist is missing): run scripts/ui first");
+    }
     let attributes = tauri_build::Attributes::new()
         .config_path("../tauri.conf.json")
         .app_manifest(tauri_build::AppManifest::new().commands(COMMANDS));

@@ -82,6 +82,7 @@ pub fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
 
+    crate::milestone_at("process start");
     let (config, bad_settings) = Config::load_or_defaults(&env)?;
     let store = Store::open(
         &config.database_path(),
@@ -105,6 +106,7 @@ pub fn run() -> anyhow::Result<()> {
         forwarders: Mutex::new(HashMap::new()),
     };
 
+    crate::milestone_at("service started");
     tauri::Builder::default()
         // First, so a second start hands over its action and ends before anything else starts.
         .plugin(tauri_plugin_single_instance::init(|app, args, _cwd| {
@@ -138,14 +140,27 @@ pub fn run() -> anyhow::Result<()> {
         .manage(state)
         .invoke_handler(crate::commands::handler())
         .on_page_load(|webview, payload| {
-            if payload.event() == tauri::webview::PageLoadEvent::Started {
+            match payload.event() {
                 // A reload (or a navigation) leaves its attachments behind.
-                webview.state::<AppState>().detach(webview.label());
+                tauri::webview::PageLoadEvent::Started => {
+                    webview.state::<AppState>().detach(webview.label())
+                }
+                tauri::webview::PageLoadEvent::Finished
+                    if webview.label() == crate::windows::CHAT =>
+                {
+                    static LOADED: std::sync::Once = std::sync::Once::new();
+                    crate::milestone("chat page loaded", &LOADED);
+                    let app = webview.app_handle().clone();
+                    let _ = webview
+                        .app_handle()
+                        .run_on_main_thread(move || crate::windows::create_orb(&app));
+                }
+                tauri::webview::PageLoadEvent::Finished => {}
             }
         })
         .on_window_event(crate::windows::on_event)
         .setup(move |app| {
-            crate::windows::place_orb_first_time(app.handle());
+            crate::milestone_at("setup");
             crate::tray::build(app.handle())?;
             if let Err(err) = crate::shortcut::register(app.handle(), &shortcut) {
                 tracing::warn!("{err:#}");
@@ -156,6 +171,7 @@ pub fn run() -> anyhow::Result<()> {
             if let Some(action) = Action::from_args(&std::env::args().collect::<Vec<_>>()) {
                 crate::tray::perform(app.handle(), action);
             }
+            crate::milestone_at("setup done");
             Ok(())
         })
         .build(tauri::generate_context!("../tauri.conf.json"))

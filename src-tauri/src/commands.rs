@@ -67,7 +67,8 @@ pub struct AppInfo {
 }
 
 #[tauri::command]
-fn app_info(state: State<'_, AppState>) -> AppInfo {
+fn app_info(window: WebviewWindow, state: State<'_, AppState>) -> AppInfo {
+    crate::milestone_at(&format!("{} page asked for app_info", window.label()));
     let settings = state.settings();
     AppInfo {
         backend: settings.backend.to_string(),
@@ -83,7 +84,11 @@ fn app_info(state: State<'_, AppState>) -> AppInfo {
 
 #[tauri::command]
 async fn list_chats(state: State<'_, AppState>) -> Res<Vec<Chat>> {
-    Ok(state.service.chats().await?)
+    let chats = state.service.chats().await?;
+    // The chat page lists the chats last in its start-up: from here it is usable.
+    static READY: std::sync::Once = std::sync::Once::new();
+    crate::milestone("chat window ready", &READY);
+    Ok(chats)
 }
 
 #[tauri::command]

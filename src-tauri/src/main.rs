@@ -10,7 +10,25 @@ mod shortcut;
 mod tray;
 mod windows;
 
+/// When the process started, for the launch figures in the log (and BENCHMARKS.md).
+pub static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Logs, once, how long the app took to reach a milestone (`chat page loaded`, `chat window ready`).
+pub fn milestone(what: &'static str, once: &'static std::sync::Once) {
+    once.call_once(|| {
+        let ms = STARTED.get().map(|s| s.elapsed().as_millis()).unwrap_or(0);
+        tracing::info!(target: "jarvis_desktop::launch", ms, "{what}");
+    });
+}
+
+/// Logs at debug how long the app took to reach a step of its start.
+pub fn milestone_at(what: &str) {
+    let ms = STARTED.get().map(|s| s.elapsed().as_millis()).unwrap_or(0);
+    tracing::debug!(target: "jarvis_desktop::launch", ms, "{what}");
+}
+
 fn main() {
+    STARTED.get_or_init(std::time::Instant::now);
     if let Err(err) = app::run() {
         eprintln!("jarvis-desktop: {err:#}");
         std::process::exit(1);

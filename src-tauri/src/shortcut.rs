@@ -54,3 +54,17 @@ pub fn register<R: Runtime>(app: &AppHandle<R>, text: &str) -> anyhow::Result<()
         format!("cannot register the push-to-talk shortcut {text}; another program may hold it")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_shortcut_parses_and_a_bad_one_says_what_to_write() {
+        assert!(parse("Ctrl+Alt+Space").is_ok());
+        assert!(parse(" ctrl+shift+J ").is_ok());
+        let err = format!("{:#}", parse("Ctrl+Banana").unwrap_err());
+        assert!(err.contains("\"Ctrl+Banana\" is not valid"), "{err}");
+        assert!(err.contains("Ctrl+Alt+Space"), "{err}");
+    }
+}

@@ -156,3 +156,32 @@ pub fn build(app: &AppHandle) -> tauri::Result<()> {
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_second_start_names_its_action_by_the_tray_items_id() {
+        for (action, id) in Action::ALL {
+            assert_eq!(action.id(), id);
+            assert_eq!(
+                Action::from_args(&args(&["jarvis-desktop", "--action", id])),
+                Some(action)
+            );
+        }
+        assert_eq!(Action::from_args(&args(&["jarvis-desktop"])), None);
+        assert_eq!(
+            Action::from_args(&args(&["jarvis-desktop", "--action"])),
+            None
+        );
+        assert_eq!(
+            Action::from_args(&args(&["jarvis-desktop", "--action", "format-disk"])),
+            None
+        );
+    }
+}

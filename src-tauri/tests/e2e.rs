@@ -261,3 +261,33 @@ async fn the_push_to_talk_shortcut_pressed_with_xdotool_reaches_the_service() {
     .await;
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_reply_streaming_200_deltas_a_second_renders_with_no_delta_lost() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    // About 980 deltas of five characters, 5 ms apart: 200 a second for five seconds.
+    let answer: String = (1..=1000).map(|i| format!("w{i} ")).collect();
+    let deltas = answer.len().div_ceil(5);
+    stub.push(
+        Script::text(answer.clone())
+            .deltas_of(5)
+            .paced(Duration::from_millis(5)),
+    );
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question("Count to a thousand").await;
+    app.wait_for_state("done").await;
+    let shown = app.live_text().await;
+    let stored = data.last_answer();
+    assert_eq!(stored.trim(), answer.trim());
+    assert_eq!(
+        shown.trim(),
+        stored.trim(),
+        "the screen has every one of {deltas} deltas"
+    );
+    app.screenshots("fast-stream").await;
+    app.quit().await;
+}

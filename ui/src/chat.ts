@@ -13,7 +13,8 @@ import {
   type Message,
 } from "./chatState";
 import { h, byId } from "./dom";
-import { linkTarget, renderMarkdown } from "./markdown";
+import { showReply, whenMarkdown } from "./lazyMarkdown";
+import { linkTarget } from "./links";
 import { openSettings, wireSettings } from "./settingsForm";
 import { applyTheme } from "./theme";
 import type { Activity, Chat, ReplyEvent } from "./types";
@@ -341,8 +342,12 @@ function messageEl(m: Message): HTMLElement {
   const body = h("div", { class: "body" });
   if (m.role === "user") {
     body.textContent = m.text;
-  } else {
-    body.innerHTML = renderMarkdown(m.text);
+  } else if (!showReply(body, m.text)) {
+    whenMarkdown(() => {
+      // Shown as plain text so far: render it again now that Markdown is here.
+      rendered.clear();
+      scheduleRender();
+    });
   }
   const el = h("article", { class: `message ${m.role}`, "data-key": m.key }, body);
   const live = m.live;

@@ -58,7 +58,7 @@ const md: MarkdownIt = new MarkdownIt({
   },
 });
 
-const SAFE_URL = /^(?:https?:|mailto:)/i;
+import { SAFE_URL } from "./links";
 
 // Every link is checked again after sanitising: only web and mail links stay links.
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
@@ -81,12 +81,4 @@ export function renderMarkdown(text: string): string {
     FORBID_TAGS: ["style", "img", "video", "audio", "iframe", "form", "input", "button"],
     FORBID_ATTR: ["style"],
   });
-}
-
-/** The URL a click should open in the system browser, if it was on a reply's link. */
-export function linkTarget(target: EventTarget | null): string | null {
-  if (!(target instanceof Element)) return null;
-  const anchor = target.closest("a[href]");
-  const href = anchor?.getAttribute("href") ?? null;
-  return href && SAFE_URL.test(href) ? href : null;
 }

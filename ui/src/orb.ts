@@ -3,7 +3,7 @@
 
 import { api, message, onAttachAgain, onThemeChanged } from "./api";
 import { byId, h } from "./dom";
-import { renderMarkdown } from "./markdown";
+import { showReply, whenMarkdown } from "./lazyMarkdown";
 import {
   applyOrbEvent,
   applyStatus,
@@ -64,7 +64,7 @@ function render(): void {
   const answer = byId("answer");
   answer.hidden = away || view.text === "";
   if (!answer.hidden) {
-    answer.innerHTML = renderMarkdown(view.text);
+    if (!showReply(answer, view.text)) whenMarkdown(render);
     answer.scrollTop = answer.scrollHeight;
   }
   if (view.ended === "failed" && view.reason) {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { linkTarget, renderMarkdown } from "../src/markdown";
+import { linkTarget } from "../src/links";
+import { renderMarkdown } from "../src/markdown";
 
 function dom(html: string): HTMLElement {
   const div = document.createElement("div");
