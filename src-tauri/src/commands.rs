@@ -83,11 +83,12 @@ fn app_info(window: WebviewWindow, state: State<'_, AppState>) -> AppInfo {
 }
 
 #[tauri::command]
-async fn list_chats(state: State<'_, AppState>) -> Res<Vec<Chat>> {
+async fn list_chats(app: AppHandle, state: State<'_, AppState>) -> Res<Vec<Chat>> {
     let chats = state.service.chats().await?;
     // The chat page lists the chats last in its start-up: from here it is usable.
     static READY: std::sync::Once = std::sync::Once::new();
     crate::milestone("chat window ready", &READY);
+    crate::app::chat_window_ready(&app);
     Ok(chats)
 }
 
