@@ -87,24 +87,12 @@ pub fn place_orb_first_time(app: &AppHandle) {
     }
 }
 
-/// Creates the orb from its configuration once the chat window has loaded, so the two pages do not
-/// start their WebKit processes at the same moment (the chat window is ready sooner).
-pub fn create_orb(app: &AppHandle) {
-    if app.get_webview_window(ORB).is_some() {
-        return;
-    }
-    let Some(config) = app
-        .config()
-        .app
-        .windows
-        .iter()
-        .find(|w| w.label == ORB)
-        .cloned()
-    else {
-        return;
-    };
-    match tauri::WebviewWindowBuilder::from_config(app, &config).and_then(|b| b.build()) {
-        Ok(_) => place_orb_first_time(app),
-        Err(err) => tracing::error!(%err, "cannot create the orb"),
+/// Shows the orb (made hidden at start) once the chat window is usable, placed the first time.
+pub fn reveal_orb(app: &AppHandle) {
+    place_orb_first_time(app);
+    if let Some(orb) = app.get_webview_window(ORB) {
+        if let Err(err) = orb.show() {
+            tracing::warn!(%err, "cannot show the orb");
+        }
     }
 }

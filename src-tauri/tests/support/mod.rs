@@ -114,6 +114,14 @@ impl Data {
     }
 }
 
+/// A WebDriver call that may not hang a test: `None` when it failed or took over 5 s.
+async fn bounded<T, E>(call: impl Future<Output = Result<T, E>>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .ok()
+        .and_then(Result::ok)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -212,12 +220,19 @@ impl App {
             .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
         let shots = target.join("e2e-screenshots");
         std::fs::create_dir_all(&shots).unwrap();
-        App {
+        let app = App {
             page: Page { client },
             driver,
             env,
             shots,
-        }
+        };
+        // The orb is made once the chat window is ready: wait for both.
+        app.wait_for("both windows", |p| async move {
+            let handles = bounded(p.client.windows()).await.unwrap_or_default();
+            (handles.len() >= 2 && !x_windows("Jarvis orb", true).is_empty()).then_some(())
+        })
+        .await;
+        app
     }
 
     /// Runs `jarvis-desktop --action NAME` as a second start: it hands the action to this one
@@ -237,13 +252,16 @@ impl App {
         assert!(status.success(), "{status}");
     }
 
-    /// Saves what both windows show, and the whole screen, under `e2e-screenshots/NAME-*.png`.
+    /// Saves what both windows show, and the whole screen, under `e2e-screenshots/NAME-*.png`,
+    /// as the X server has them (WebKitWebDriver's own snapshots hang with WebKit's shared-memory
+    /// renderer, which the app uses where there is no GPU).
     pub async fn screenshots(&self, name: &str) {
         for (title, file) in [("Jarvis", "chat"), ("Jarvis orb", "orb")] {
-            if self.switch_to(title).await {
-                if let Ok(png) = self.client.screenshot().await {
-                    let _ = std::fs::write(self.shots.join(format!("{name}-{file}.png")), png);
-                }
+            if let Some(id) = x_windows(title, true).first() {
+                let _ = Command::new("import")
+                    .args(["-window", id])
+                    .arg(self.shots.join(format!("{name}-{file}.png")))
+                    .status();
             }
         }
         let _ = Command::new("import")
@@ -253,7 +271,8 @@ impl App {
     }
 
     pub async fn quit(mut self) {
-        let _ = self.page.client.clone().close().await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), self.page.client.clone().close()).await;
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let start = Instant::now();
@@ -328,9 +347,11 @@ impl Page {
     pub async fn switch_to(&self, title: &str) -> bool {
         let start = Instant::now();
         loop {
-            for handle in self.client.windows().await.unwrap_or_default() {
-                if self.client.switch_to_window(handle).await.is_ok()
-                    && self.client.title().await.ok().as_deref() == Some(title)
+            for handle in bounded(self.client.windows()).await.unwrap_or_default() {
+                if bounded(self.client.switch_to_window(handle))
+                    .await
+                    .is_some()
+                    && bounded(self.client.title()).await.as_deref() == Some(title)
                 {
                     return true;
                 }
@@ -355,9 +376,9 @@ impl Page {
     }
 
     pub async fn eval(&self, script: &str) -> Value {
-        self.client
-            .execute(script, vec![])
+        tokio::time::timeout(LIMIT, self.client.execute(script, vec![]))
             .await
+            .unwrap_or_else(|_| panic!("the page did not answer within {LIMIT:?}:\n{script}"))
             .unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
     }
 
