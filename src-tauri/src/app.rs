@@ -73,14 +73,15 @@ pub fn backend_for(config: &Config) -> (Arc<dyn Backend>, Option<String>) {
     }
 }
 
-/// Once the chat window is usable: the orb is shown and the shortcut registered. Registering a
-/// global shortcut holds the main thread ~100 ms, on which the chat page's first calls wait: done
-/// during start-up it delayed the chat window by 0.5 s (measured).
+/// Once the chat window is usable: the orb is made and the shortcut registered. Both hold the main
+/// thread (a new webview starts its WebKit process; grabbing a key takes ~100 ms), on which the
+/// chat page's first calls wait: done during start-up they delayed the chat window by 0.5 s each
+/// (measured).
 pub fn chat_window_ready(app: &tauri::AppHandle) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let handle = app.clone();
-        let _ = app.run_on_main_thread(move || crate::windows::reveal_orb(&handle));
+        let _ = app.run_on_main_thread(move || crate::windows::create_orb(&handle));
         let handle = app.clone();
         tauri::async_runtime::spawn_blocking(move || register_shortcut(&handle));
     });
