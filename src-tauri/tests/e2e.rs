@@ -13,6 +13,26 @@ use jarvis::ReplyState;
 use jarvis_stub::{Script, Stub};
 use support::*;
 
+/// `n` numbered words: "w1 w2 … wn".
+fn words(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The app on fresh data, its backend the stub answering with `script`, and `question` typed
+/// into its chat window.
+async fn asked(script: Script, question: &str) -> (Stub, Data, App) {
+    let stub = Stub::start().await.unwrap();
+    stub.push(script);
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.type_question(question).await;
+    (stub, data, app)
+}
+
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
 async fn a_prompt_streams_in_and_its_chat_is_listed_after_a_restart() {
@@ -68,20 +88,11 @@ async fn a_prompt_streams_in_and_its_chat_is_listed_after_a_restart() {
 async fn closing_the_chat_window_mid_reply_only_detaches_it_and_showing_it_again_shows_the_reply_whole(
 ) {
     let _one = one_app_at_a_time().await;
-    let stub = Stub::start().await.unwrap();
-    let answer = (1..=60)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    stub.push(
-        Script::text(answer.clone())
-            .deltas_of(4)
-            .paced(Duration::from_millis(40)),
-    );
-    let data = Data::new();
-    let app = App::start(&stub, &data).await;
-    app.chat_window().await;
-    app.type_question("Count words").await;
+    let answer = words(60);
+    let script = Script::text(answer.clone())
+        .deltas_of(4)
+        .paced(Duration::from_millis(40));
+    let (_stub, data, app) = asked(script, "Count words").await;
     app.wait_for("the reply to begin", |app| async move {
         (!app.live_text().await.is_empty()).then_some(())
     })
@@ -113,20 +124,11 @@ async fn closing_the_chat_window_mid_reply_only_detaches_it_and_showing_it_again
 #[ignore = "needs a display: run scripts/e2e"]
 async fn stop_reply_through_the_trays_command_path_stops_it_and_keeps_its_text() {
     let _one = one_app_at_a_time().await;
-    let stub = Stub::start().await.unwrap();
-    let answer = (1..=200)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    stub.push(
-        Script::text(answer.clone())
-            .deltas_of(4)
-            .paced(Duration::from_millis(40)),
-    );
-    let data = Data::new();
-    let app = App::start(&stub, &data).await;
-    app.chat_window().await;
-    app.type_question("Talk for a while").await;
+    let answer = words(200);
+    let script = Script::text(answer.clone())
+        .deltas_of(4)
+        .paced(Duration::from_millis(40));
+    let (_stub, data, app) = asked(script, "Talk for a while").await;
     app.wait_for("some of the reply", |app| async move {
         (app.live_text().await.len() > 12).then_some(())
     })
@@ -149,13 +151,8 @@ async fn stop_reply_through_the_trays_command_path_stops_it_and_keeps_its_text()
 #[ignore = "needs a display: run scripts/e2e"]
 async fn html_and_script_in_a_reply_show_as_text_and_never_run() {
     let _one = one_app_at_a_time().await;
-    let stub = Stub::start().await.unwrap();
     let answer = "Here: <img src=x onerror=\"window.__pwned = 1\"> and <script>window.__pwned = 2</script> and [a link](javascript:window.__pwned=3).";
-    stub.push(Script::text(answer).deltas_of(5));
-    let data = Data::new();
-    let app = App::start(&stub, &data).await;
-    app.chat_window().await;
-    app.type_question("Say something risky").await;
+    let (_stub, _data, app) = asked(Script::text(answer).deltas_of(5), "Say something risky").await;
     app.wait_for_state("done").await;
     let shown = app.live_text().await;
     assert!(
@@ -266,19 +263,13 @@ async fn the_push_to_talk_shortcut_pressed_with_xdotool_reaches_the_service() {
 #[ignore = "needs a display: run scripts/e2e"]
 async fn a_reply_streaming_200_deltas_a_second_renders_with_no_delta_lost() {
     let _one = one_app_at_a_time().await;
-    let stub = Stub::start().await.unwrap();
     // About 980 deltas of five characters, 5 ms apart: 200 a second for five seconds.
-    let answer: String = (1..=1000).map(|i| format!("w{i} ")).collect();
+    let answer = words(1000);
     let deltas = answer.len().div_ceil(5);
-    stub.push(
-        Script::text(answer.clone())
-            .deltas_of(5)
-            .paced(Duration::from_millis(5)),
-    );
-    let data = Data::new();
-    let app = App::start(&stub, &data).await;
-    app.chat_window().await;
-    app.type_question("Count to a thousand").await;
+    let script = Script::text(answer.clone())
+        .deltas_of(5)
+        .paced(Duration::from_millis(5));
+    let (_stub, data, app) = asked(script, "Count to a thousand").await;
     app.wait_for_state("done").await;
     let shown = app.live_text().await;
     let stored = data.last_answer();
