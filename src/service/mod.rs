@@ -228,15 +228,16 @@ impl Service {
         }
     }
 
+    async fn send(&self, command: Command) -> Result<(), ServiceError> {
+        self.tx.send(command).await.map_err(|_| ServiceError::Gone)
+    }
+
     async fn call<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ServiceError> {
         let (respond, answer) = oneshot::channel();
-        self.tx
-            .send(make(respond))
-            .await
-            .map_err(|_| ServiceError::Gone)?;
+        self.send(make(respond)).await?;
         answer.await.map_err(|_| ServiceError::Gone)
     }
 
@@ -361,27 +362,18 @@ impl Service {
     /// Chooses how the voice conversation listens; during a reply it takes effect once the
     /// reply is answered.
     pub async fn set_listen_mode(&self, mode: ListenMode) -> Result<(), ServiceError> {
-        self.tx
-            .send(Command::VoiceMode { mode })
-            .await
-            .map_err(|_| ServiceError::Gone)
+        self.send(Command::VoiceMode { mode }).await
     }
 
     /// The push-to-talk shortcut went down (`true`: the microphone opens) or up (the utterance
     /// ends). It never cancels a reply.
     pub async fn push_to_talk(&self, pressed: bool) -> Result<(), ServiceError> {
-        self.tx
-            .send(Command::PushToTalk { pressed })
-            .await
-            .map_err(|_| ServiceError::Gone)
+        self.send(Command::PushToTalk { pressed }).await
     }
 
     /// A window showed the reply that was answered while nobody watched.
     pub async fn acknowledge_answer(&self) -> Result<(), ServiceError> {
-        self.tx
-            .send(Command::Acknowledge)
-            .await
-            .map_err(|_| ServiceError::Gone)
+        self.send(Command::Acknowledge).await
     }
 
     /// Stop reply (tray): stops every reply being written and the voice conversation's waiting
@@ -397,13 +389,11 @@ impl Service {
         backend: Option<Arc<dyn Backend>>,
         options: ServiceOptions,
     ) -> Result<(), ServiceError> {
-        self.tx
-            .send(Command::Reconfigure {
-                backend,
-                options: Box::new(options),
-            })
-            .await
-            .map_err(|_| ServiceError::Gone)
+        self.send(Command::Reconfigure {
+            backend,
+            options: Box::new(options),
+        })
+        .await
     }
 }
 
@@ -432,6 +422,14 @@ struct Running {
 struct ChatState {
     hub: watch::Sender<Option<Arc<ReplyLog>>>,
     running: Option<Running>,
+}
+
+impl ChatState {
+    /// The reply still being written, if any (an ended one may linger until its `Finished`
+    /// arrives).
+    fn writing(&self) -> Option<&Running> {
+        self.running.as_ref().filter(|r| !r.log.is_closed())
+    }
 }
 
 struct Actor {
@@ -540,7 +538,7 @@ impl Actor {
                 self.voice.queue.clear();
                 let mut stopped = 0;
                 for state in self.chats.values() {
-                    if let Some(running) = state.running.as_ref().filter(|r| !r.log.is_closed()) {
+                    if let Some(running) = state.writing() {
                         running.cancel.cancel();
                         stopped += 1;
                     }
@@ -559,24 +557,23 @@ impl Actor {
     }
 
     fn publish_activity(&self) {
-        let replying: Vec<ChatId> = self
+        let mut replying: Vec<ChatId> = self
             .chats
             .iter()
-            .filter(|(_, c)| c.running.as_ref().is_some_and(|r| !r.log.is_closed()))
+            .filter(|(_, c)| c.writing().is_some())
             .map(|(id, _)| *id)
             .collect();
+        replying.sort();
         let queued = self.voice.queue.len();
         let conversation = self.voice.chat().is_some();
         self.activity.send_if_modified(|a| {
-            let mut sorted = replying.clone();
-            sorted.sort_by_key(|c| c.0);
-            let changed =
-                a.replying != sorted || a.queued != queued || a.conversation != conversation;
-            if a.replying != sorted {
+            let marks_changed = a.replying != replying;
+            let changed = marks_changed || a.queued != queued || a.conversation != conversation;
+            if marks_changed {
                 // A reply started or ended: the chat list's marks change.
                 a.generation += 1;
+                a.replying = replying;
             }
-            a.replying = sorted;
             a.queued = queued;
             a.conversation = conversation;
             changed
@@ -750,10 +747,7 @@ impl Actor {
     /// The chat's reply that is still being written, if any (an ended one may linger until its
     /// `Finished` arrives).
     fn replying(&self, chat: ChatId) -> Option<&Running> {
-        self.chats
-            .get(&chat)
-            .and_then(|c| c.running.as_ref())
-            .filter(|r| !r.log.is_closed())
+        self.chats.get(&chat).and_then(ChatState::writing)
     }
 
     async fn delete(&mut self, chat: ChatId) -> Result<(), AskError> {

@@ -126,6 +126,12 @@ pub enum VoiceUpdate {
     Event(Event),
 }
 
+/// The next status, once it changes; `None` once the service has stopped.
+async fn status_update(status: &mut watch::Receiver<VoiceStatus>) -> Option<VoiceUpdate> {
+    status.changed().await.ok()?;
+    Some(VoiceUpdate::Status(status.borrow_and_update().clone()))
+}
+
 /// A window's subscription to the voice conversation. Dropping it detaches the window and never
 /// touches a reply; the conversation counts as unwatched while no attachment is held.
 pub struct VoiceAttachment {
@@ -162,11 +168,7 @@ impl VoiceAttachment {
                 };
                 if self.chat.is_none() && wanted.is_some() {
                     // Its chat is gone; wait for the next status instead of trying again at once.
-                    if self.status.changed().await.is_err() {
-                        return None;
-                    }
-                    let status = self.status.borrow_and_update().clone();
-                    return Some(VoiceUpdate::Status(status));
+                    return status_update(&mut self.status).await;
                 }
             }
             let events = async {
@@ -177,26 +179,14 @@ impl VoiceAttachment {
             };
             tokio::select! {
                 biased;
-                changed = self.status.changed() => {
-                    if changed.is_err() {
-                        return None;
-                    }
-                    let status = self.status.borrow_and_update().clone();
-                    return Some(VoiceUpdate::Status(status));
-                }
+                update = status_update(&mut self.status) => return update,
                 event = events => match event {
                     Some(event) => return Some(VoiceUpdate::Event(event)),
                     // The chat was deleted: its attachment ended; wait for the status to move on.
-                    None => {
-                        let status = self.status.borrow().clone();
-                        if status.chat.is_some() {
-                            if self.status.changed().await.is_err() {
-                                return None;
-                            }
-                            let status = self.status.borrow_and_update().clone();
-                            return Some(VoiceUpdate::Status(status));
-                        }
+                    None if self.status.borrow().chat.is_some() => {
+                        return status_update(&mut self.status).await;
                     }
+                    None => {}
                 },
             }
         }
