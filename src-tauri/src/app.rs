@@ -56,7 +56,8 @@ impl AppState {
     }
 }
 
-fn env(name: &str) -> Option<String> {
+/// The real environment, in the shape the core's loaders take.
+pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 

@@ -9,7 +9,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use tauri::{AppHandle, Emitter};
 
-use crate::app::{backend_for, AppState};
+use crate::app::{backend_for, env, AppState};
 
 /// What the Settings page shows.
 #[derive(Serialize)]
@@ -34,10 +34,6 @@ pub struct SettingsView {
 struct Endpoint {
     model: String,
     base_url: Option<String>,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 fn key_var(kind: BackendKind) -> Option<&'static str> {
