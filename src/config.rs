@@ -284,6 +284,18 @@ pub struct VoiceSettings {
     pub mode: crate::service::ListenMode,
     /// Whether the voice conversation is also saved as a chat.
     pub save_conversations: bool,
+    /// The speech-to-text model: `tiny_en` (fast, English) or `base` (multilingual).
+    pub speech_model: SpeechModel,
+    /// How sure the wake word detector must be (0–1) that it heard "Hey Jarvis".
+    pub wake_threshold: f32,
+    /// The espeak-ng voice Jarvis speaks with.
+    pub tts_voice: String,
+    /// How fast it speaks, in words per minute.
+    pub tts_speed: u32,
+    /// The microphone by name; empty is the system's default.
+    pub input_device: String,
+    /// Threads for speech-to-text.
+    pub threads: usize,
 }
 
 impl Default for VoiceSettings {
@@ -291,6 +303,33 @@ impl Default for VoiceSettings {
         VoiceSettings {
             mode: crate::service::ListenMode::PushToTalk,
             save_conversations: true,
+            speech_model: SpeechModel::TinyEn,
+            wake_threshold: 0.5,
+            tts_voice: "en-us".into(),
+            tts_speed: 175,
+            input_device: String::new(),
+            threads: 2,
+        }
+    }
+}
+
+/// The speech-to-text model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeechModel {
+    /// Whisper tiny.en: English only, the fastest.
+    #[default]
+    TinyEn,
+    /// Whisper base: multilingual, about twice as slow.
+    Base,
+}
+
+impl SpeechModel {
+    /// Its file in the model folder, as `scripts/models voice` installs it.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            SpeechModel::TinyEn => "ggml-tiny.en.bin",
+            SpeechModel::Base => "ggml-base.bin",
         }
     }
 }

@@ -3,9 +3,11 @@
 
 pub mod config;
 pub mod llm;
+pub mod onnx;
 pub mod prompt;
 pub mod service;
 pub mod store;
+pub mod voice;
 
 pub use service::{AskError, Attachment, Event, Service, ServiceError, ServiceOptions};
 pub use store::{ChatId, RecordId, ReplyId, ReplyState, Store};

@@ -2,6 +2,7 @@
 //! the service's.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use clap::{Parser, Subcommand};
 use jarvis::config::{self, BackendKind, Config};
 use jarvis::llm::{self, Backend};
 use jarvis::store::{ReplyState, Role, Store};
+use jarvis::voice;
 use jarvis::{AskError, ChatId, Event, ReplyId, Service, ServiceOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -90,6 +92,25 @@ enum Command {
         #[command(subcommand)]
         action: Option<FactAction>,
     },
+    /// Listen to a WAV file as the microphone: one JSON line per utterance, with what it was heard
+    /// as (question, noise, filler, echo, stop, goodbye, wake), its text, and where it lies.
+    Listen {
+        /// The WAV file (any rate and channel count).
+        #[arg(long)]
+        wav: PathBuf,
+        /// How to listen: push_to_talk (the whole file is one press), hands_free or wake.
+        #[arg(long, value_enum, default_value = "hands-free")]
+        mode: ModeArg,
+    },
+    /// Write what Jarvis would say for TEXT to a WAV file.
+    Say {
+        /// What to say.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        /// The WAV file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Store or remove an API key in the OS keyring.
     Key {
         #[command(subcommand)]
@@ -134,6 +155,26 @@ enum KeyAction {
         /// ANTHROPIC_API_KEY or OPENAI_API_KEY.
         var: String,
     },
+}
+
+/// A listening mode on the command line.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ModeArg {
+    #[value(alias = "push_to_talk")]
+    PushToTalk,
+    #[value(alias = "hands_free")]
+    HandsFree,
+    Wake,
+}
+
+impl From<ModeArg> for jarvis::service::ListenMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::PushToTalk => jarvis::service::ListenMode::PushToTalk,
+            ModeArg::HandsFree => jarvis::service::ListenMode::HandsFree,
+            ModeArg::Wake => jarvis::service::ListenMode::Wake,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -192,6 +233,39 @@ fn start_service(config: &Config) -> Result<Service> {
     ))
 }
 
+/// `jarvis listen`: the WAV file through the same listener the voice loop uses.
+fn listen(config: &Config, wav: &std::path::Path, mode: jarvis::service::ListenMode) -> Result<()> {
+    let models = config.model_dir();
+    let settings = &config.settings.voice;
+    let source = voice::Clip::from_wav_file(wav)?.resampled(voice::SAMPLE_RATE)?;
+    let whisper = voice::models::load_whisper(&models, settings.speech_model, settings.threads)?;
+    let wake = match mode {
+        jarvis::service::ListenMode::Wake => Some(voice::models::wake_factory(&models)?()?),
+        _ => None,
+    };
+    let mut listener = voice::Listener::new(
+        mode,
+        Arc::new(whisper),
+        wake,
+        settings.wake_threshold,
+        voice::listen::Shared::default(),
+    );
+    let mut out = std::io::stdout().lock();
+    let mut print = |events: Vec<voice::listen::ListenEvent>| -> Result<()> {
+        for event in events {
+            if let voice::listen::ListenEvent::Heard(report) = event {
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
+            }
+        }
+        Ok(())
+    };
+    for frame in voice::audio::frames_of(&source.to_i16()) {
+        print(listener.push(&frame)?)?;
+    }
+    print(listener.finish()?)?;
+    Ok(())
+}
+
 async fn run(command: Command) -> Result<ExitCode> {
     let config = Config::load()?;
     match command {
@@ -236,6 +310,22 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor(&config).await,
+        Command::Listen { wav, mode } => {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || listen(&config, &wav, mode.into()))
+                .await
+                .context("listening stopped")??;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Say { text, out } => {
+            let voice = &config.settings.voice;
+            let espeak = voice::Espeak::new(&voice.tts_voice, voice.tts_speed);
+            let clip = voice::Synthesizer::synthesize(&espeak, &text.join(" "))?;
+            std::fs::write(&out, clip.to_wav_bytes())
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            eprintln!("wrote {} ({:.2} s)", out.display(), clip.duration().as_secs_f64());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Rename { chat, title } => {
             open_store(&config)?.rename_chat(ChatId(chat), title.join(" ").trim())?;
             Ok(ExitCode::SUCCESS)

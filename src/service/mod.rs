@@ -150,6 +150,12 @@ pub(crate) enum Command {
     VoiceMode {
         mode: ListenMode,
     },
+    Listening {
+        on: bool,
+    },
+    Awake {
+        awake: bool,
+    },
     PushToTalk {
         pressed: bool,
     },
@@ -191,6 +197,14 @@ pub struct Service {
     tx: mpsc::Sender<Command>,
     store: Store,
     activity: Arc<watch::Sender<Activity>>,
+    voice: VoiceHandles,
+}
+
+/// What the handle reads of the voice conversation without asking the actor.
+#[derive(Clone)]
+struct VoiceHandles {
+    status: watch::Receiver<VoiceStatus>,
+    windows: voice::Windows,
 }
 
 /// Runs a blocking store call on the blocking pool.
@@ -210,11 +224,16 @@ impl Service {
     pub fn start(store: Store, backend: Arc<dyn Backend>, options: ServiceOptions) -> Service {
         let (tx, rx) = mpsc::channel(64);
         let activity = Arc::new(watch::Sender::new(Activity::default()));
+        let voice = Voice::new(options.listen_mode);
+        let handles = VoiceHandles {
+            status: voice.status.subscribe(),
+            windows: voice.windows.clone(),
+        };
         let actor = Actor {
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
             backend,
-            voice: Voice::new(options.listen_mode),
+            voice,
             options,
             chats: HashMap::new(),
             done: tx.downgrade(),
@@ -225,6 +244,7 @@ impl Service {
             tx,
             store,
             activity,
+            voice: handles,
         }
     }
 
@@ -344,7 +364,38 @@ impl Service {
         let status = self
             .call(|respond| Command::VoiceSubscribe { respond })
             .await?;
-        Ok(VoiceAttachment::new(self.clone(), status))
+        Ok(VoiceAttachment::new(self.clone(), status, &self.voice.windows))
+    }
+
+    /// The voice conversation's status, for the voice loop: reading it is not watching it (a
+    /// reply with no window attached is not spoken, and is marked answered while away).
+    pub fn voice_status(&self) -> watch::Receiver<VoiceStatus> {
+        self.voice.status.clone()
+    }
+
+    /// Whether a window is attached to the voice conversation now.
+    pub fn voice_watched(&self) -> bool {
+        self.voice.windows.any()
+    }
+
+    /// Opens or closes the microphone in hands-free and wake modes (the orb's microphone
+    /// button); push to talk opens it only while the shortcut is held.
+    pub async fn set_listening(&self, on: bool) -> Result<(), ServiceError> {
+        self.send(Command::Listening { on }).await
+    }
+
+    /// Opens or closes a wake conversation (the voice loop heard "Hey Jarvis", a goodbye took
+    /// effect, or it went quiet).
+    pub async fn set_awake(&self, awake: bool) -> Result<(), ServiceError> {
+        self.send(Command::Awake { awake }).await
+    }
+
+    /// Keeps how much of a spoken answer was played before it was cut (Stop, End, or its window
+    /// going away), so the next request can say where it was cut.
+    pub async fn voice_heard(&self, reply: ReplyId, prefix: String) -> Result<(), ServiceError> {
+        let store = self.store.clone();
+        blocking(move || store.set_heard(reply, &prefix)).await?;
+        Ok(())
     }
 
     /// Stops the voice conversation's reply and every question waiting behind it (what a spoken
@@ -531,8 +582,25 @@ impl Actor {
             }
             Command::PushToTalk { pressed } => {
                 tracing::debug!(pressed, "push to talk");
-                self.voice.update(|s| s.listening = pressed);
+                self.voice.update(|s| match s.mode {
+                    // Held: open while pressed.
+                    ListenMode::PushToTalk => s.listening = pressed,
+                    // Hands-free and wake: a press switches the microphone on or off.
+                    ListenMode::HandsFree | ListenMode::Wake => {
+                        if pressed {
+                            s.listening = !s.listening;
+                            s.awake = false;
+                        }
+                    }
+                });
             }
+            Command::Listening { on } => self.voice.update(|s| {
+                s.listening = on;
+                if !on {
+                    s.awake = false;
+                }
+            }),
+            Command::Awake { awake } => self.voice.update(|s| s.awake = awake && s.mode == ListenMode::Wake),
             Command::Acknowledge => self.voice.update(|s| s.answered_away = None),
             Command::StopAll { respond } => {
                 self.voice.queue.clear();
@@ -543,7 +611,7 @@ impl Actor {
                         stopped += 1;
                     }
                 }
-                self.voice.update(|_| {});
+                self.voice.update(|s| s.stops += 1);
                 let _ = respond.send(stopped);
             }
             Command::Reconfigure { backend, options } => {
@@ -677,7 +745,7 @@ impl Actor {
         let had_queue = !self.voice.queue.is_empty();
         self.voice.queue.clear();
         let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
-        self.voice.update(|_| {});
+        self.voice.update(|s| s.stops += 1);
         stopped || had_queue
     }
 
@@ -691,6 +759,8 @@ impl Actor {
             s.chat = None;
             s.replying = None;
             s.listening = false;
+            s.awake = false;
+            s.stops += 1;
             s.answered_away = None;
             if let Some(mode) = s.pending_mode.take() {
                 s.mode = mode;

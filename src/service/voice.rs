@@ -3,6 +3,8 @@
 //! [`VoiceStatus`] and the conversation's chat events through a [`VoiceAttachment`].
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -53,6 +55,12 @@ pub struct VoiceStatus {
     pub queue: Vec<WaitingQuestion>,
     /// A reply that finished while no window watched, not yet acknowledged.
     pub answered_away: Option<ReplyId>,
+    /// In wake mode: a wake conversation is open ("Hey Jarvis" was heard), so questions are
+    /// taken without the wake word until a goodbye or a quiet spell.
+    pub awake: bool,
+    /// Counts Stop and End: the voice loop cuts Jarvis's voice on each, even when the reply
+    /// itself had already finished and only its audio was still playing.
+    pub stops: u64,
 }
 
 /// How a question put to the voice conversation was taken.
@@ -80,6 +88,33 @@ pub(crate) struct Voice {
     pub idle_since: Option<Instant>,
     /// Chats of ended conversations to delete once their reply ends (saving is off).
     pub discard: Vec<ChatId>,
+    /// Windows attached now.
+    pub windows: Windows,
+}
+
+/// Counts the windows attached to the voice conversation (the voice loop itself is not one).
+#[derive(Clone, Default)]
+pub struct Windows(Arc<AtomicUsize>);
+
+impl Windows {
+    /// Whether any window is attached.
+    pub fn any(&self) -> bool {
+        self.0.load(Ordering::SeqCst) > 0
+    }
+
+    fn enter(&self) -> WindowGuard {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        WindowGuard(self.clone())
+    }
+}
+
+/// Held by an attachment: the window counts as attached until it is dropped.
+struct WindowGuard(Windows);
+
+impl Drop for WindowGuard {
+    fn drop(&mut self) {
+        (self.0).0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Voice {
@@ -93,6 +128,7 @@ impl Voice {
             next_id: 1,
             idle_since: None,
             discard: Vec::new(),
+            windows: Windows::default(),
         }
     }
 
@@ -101,7 +137,7 @@ impl Voice {
     }
 
     pub fn watched(&self) -> bool {
-        self.status.receiver_count() > 0
+        self.windows.any()
     }
 
     /// Publishes a change, with the queue as it stands; windows wake only on a real change.
@@ -138,15 +174,21 @@ pub struct VoiceAttachment {
     service: Service,
     status: watch::Receiver<VoiceStatus>,
     chat: Option<(ChatId, Attachment)>,
+    _window: WindowGuard,
 }
 
 impl VoiceAttachment {
-    pub(crate) fn new(service: Service, mut status: watch::Receiver<VoiceStatus>) -> Self {
+    pub(crate) fn new(
+        service: Service,
+        mut status: watch::Receiver<VoiceStatus>,
+        windows: &Windows,
+    ) -> Self {
         status.mark_changed();
         VoiceAttachment {
             service,
             status,
             chat: None,
+            _window: windows.enter(),
         }
     }
 

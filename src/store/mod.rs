@@ -13,6 +13,7 @@ use thiserror::Error;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_chats_records_replies.sql"),
     include_str!("../../migrations/0002_facts.sql"),
+    include_str!("../../migrations/0003_heard_prefix.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -243,6 +244,8 @@ pub struct Reply {
     pub started_at: i64,
     /// Unix ms.
     pub ended_at: Option<i64>,
+    /// When its spoken answer was cut: what of it had been played ("" = nothing).
+    pub heard: Option<String>,
 }
 
 /// A fact the user asked Jarvis to remember.
@@ -295,7 +298,8 @@ const CHAT_SELECT: &str = "SELECT c.id, c.title, c.created_at, c.updated_at,
         (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
      FROM chats c";
 
-const REPLY_COLUMNS: &str = "id, chat_id, question_id, state, text, reason, started_at, ended_at";
+const REPLY_COLUMNS: &str =
+    "id, chat_id, question_id, state, text, reason, started_at, ended_at, heard";
 
 fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
     Ok(Reply {
@@ -307,6 +311,7 @@ fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
         reason: row.get(5)?,
         started_at: row.get(6)?,
         ended_at: row.get(7)?,
+        heard: row.get(8)?,
     })
 }
 
@@ -605,6 +610,17 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Keeps how much of a reply's spoken answer was played before it was cut.
+    pub fn set_heard(&self, reply: ReplyId, prefix: &str) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE replies SET heard = ?2 WHERE id = ?1",
+                params![reply.0, prefix],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
     /// Renews a live reply's lease.
     pub fn renew_lease(&self, reply: ReplyId) -> Result<(), StoreError> {
         self.lock()
@@ -896,6 +912,7 @@ fn insert_reply(
         reason: None,
         started_at: now,
         ended_at: None,
+        heard: None,
     })
 }
 

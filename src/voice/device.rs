@@ -1,0 +1,251 @@
+//! The real devices: the microphone through cpal (resampled to 16 kHz mono with rubato) and the
+//! speaker through rodio. Both keep their OS stream on a thread of its own (the streams are not
+//! `Send`); nothing here is needed by the headless tests of the loop, which use
+//! [`super::FeedSource`] and [`super::Recorder`].
+
+use std::collections::VecDeque;
+use std::num::NonZero;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
+use rubato::{FftFixedIn, Resampler};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::audio::{AudioSink, AudioSource, Capture, Clip};
+use super::{VoiceError, FRAME, SAMPLE_RATE};
+
+fn device_error(e: impl std::fmt::Display) -> VoiceError {
+    VoiceError::Device(e.to_string())
+}
+
+fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
+    let host = cpal::default_host();
+    match name {
+        Some(wanted) => host
+            .input_devices()
+            .map_err(device_error)?
+            .find(|d| d.description().is_ok_and(|desc| desc.name() == wanted))
+            .ok_or_else(|| VoiceError::Device(format!("no input device called {wanted:?}"))),
+        None => host
+            .default_input_device()
+            .ok_or_else(|| VoiceError::Device("no microphone: the system has no input device".into())),
+    }
+}
+
+/// The names of the input devices, for Settings.
+pub fn input_devices() -> Vec<String> {
+    cpal::default_host()
+        .input_devices()
+        .map(|devices| devices.filter_map(|d| d.description().ok().map(|d| d.name().to_string())).collect())
+        .unwrap_or_default()
+}
+
+/// The microphone, through cpal.
+#[derive(Debug, Clone, Default)]
+pub struct CpalSource {
+    /// The input device by name; `None` is the system's default.
+    pub device: Option<String>,
+}
+
+/// Mixes down, resamples to 16 kHz and cuts 20 ms frames.
+struct Framer {
+    channels: usize,
+    resampler: Option<FftFixedIn<f32>>,
+    input: Vec<f32>,
+    output: VecDeque<i16>,
+}
+
+impl Framer {
+    fn new(rate: u32, channels: usize) -> Result<Framer, VoiceError> {
+        let resampler = if rate == SAMPLE_RATE {
+            None
+        } else {
+            Some(
+                FftFixedIn::<f32>::new(rate as usize, SAMPLE_RATE as usize, 480, 1, 1)
+                    .map_err(|e| VoiceError::Resample(e.to_string()))?,
+            )
+        };
+        Ok(Framer { channels: channels.max(1), resampler, input: Vec::new(), output: VecDeque::new() })
+    }
+
+    fn push(&mut self, data: &[f32], mut frame: impl FnMut(Vec<i16>)) {
+        for chunk in data.chunks(self.channels) {
+            self.input.push(chunk.iter().sum::<f32>() / self.channels as f32);
+        }
+        match &mut self.resampler {
+            None => self.output.extend(self.input.drain(..).map(super::audio::to_i16)),
+            Some(resampler) => {
+                let need = resampler.input_frames_next();
+                while self.input.len() >= need {
+                    let block: Vec<f32> = self.input.drain(..need).collect();
+                    if let Ok(out) = resampler.process(&[block], None) {
+                        self.output.extend(out[0].iter().map(|s| super::audio::to_i16(*s)));
+                    }
+                }
+            }
+        }
+        while self.output.len() >= FRAME {
+            frame(self.output.drain(..FRAME).collect());
+        }
+    }
+}
+
+impl AudioSource for CpalSource {
+    fn open(&self) -> Result<Capture, VoiceError> {
+        // Ten seconds of frames: a slow transcription never makes the device drop audio.
+        let (tx, rx) = mpsc::channel(500);
+        let close = CancellationToken::new();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let device_name = self.device.clone();
+        let stop = close.clone();
+        std::thread::Builder::new()
+            .name("jarvis-microphone".into())
+            .spawn(move || {
+                let opened = (|| {
+                    let device = input_device(device_name.as_deref())?;
+                    let supported = device.default_input_config().map_err(device_error)?;
+                    let config: cpal::StreamConfig = supported.config();
+                    let mut framer = Framer::new(config.sample_rate, usize::from(config.channels))?;
+                    let stream = device
+                        .build_input_stream::<f32, _, _>(
+                            config,
+                            move |data: &[f32], _| {
+                                framer.push(data, |frame| {
+                                    // A full queue drops the frame rather than blocking the device.
+                                    let _ = tx.try_send(frame);
+                                });
+                            },
+                            |err| tracing::warn!(%err, "microphone error"),
+                            None,
+                        )
+                        .map_err(device_error)?;
+                    stream.play().map_err(device_error)?;
+                    Ok::<_, VoiceError>(stream)
+                })();
+                match opened {
+                    Ok(stream) => {
+                        let _ = ready_tx.send(Ok(()));
+                        // Hold the stream until the capture is dropped.
+                        while !stop.is_cancelled() {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        drop(stream);
+                    }
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                    }
+                }
+            })
+            .map_err(device_error)?;
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| VoiceError::Device("the microphone did not open within 5 s".into()))??;
+        Ok(Capture::new(rx, close))
+    }
+}
+
+/// The speaker, through rodio.
+pub struct RodioSink {
+    player: rodio::Player,
+    state: Arc<Mutex<SinkState>>,
+    _keep: CancellationToken,
+}
+
+struct SinkState {
+    /// Lengths of the clips queued, first playing first.
+    queued: VecDeque<Duration>,
+    /// Playing time of the clips that finished.
+    finished: Duration,
+}
+
+impl Drop for RodioSink {
+    fn drop(&mut self) {
+        self._keep.cancel();
+    }
+}
+
+impl RodioSink {
+    /// Opens the default output device.
+    pub fn open() -> Result<RodioSink, VoiceError> {
+        let keep = CancellationToken::new();
+        let hold = keep.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("jarvis-speaker".into())
+            .spawn(move || match rodio::DeviceSinkBuilder::open_default_sink() {
+                Ok(mut device) => {
+                    device.log_on_drop(false);
+                    let player = rodio::Player::connect_new(device.mixer());
+                    let _ = ready_tx.send(Ok(player));
+                    while !hold.is_cancelled() {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    drop(device);
+                }
+                Err(err) => {
+                    let _ = ready_tx.send(Err(VoiceError::Device(format!("no speaker: {err}"))));
+                }
+            })
+            .map_err(device_error)?;
+        let player = ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| VoiceError::Device("the speaker did not open within 5 s".into()))??;
+        Ok(RodioSink {
+            player,
+            state: Arc::new(Mutex::new(SinkState { queued: VecDeque::new(), finished: Duration::ZERO })),
+            _keep: keep,
+        })
+    }
+
+    fn settle(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let left = self.player.len();
+        while state.queued.len() > left {
+            if let Some(done) = state.queued.pop_front() {
+                state.finished += done;
+            }
+        }
+        state
+    }
+}
+
+impl AudioSink for RodioSink {
+    fn play(&self, clip: Clip) -> Result<(), VoiceError> {
+        let rate = NonZero::new(clip.rate).ok_or_else(|| VoiceError::Device("a clip without a rate".into()))?;
+        let length = clip.duration();
+        let mut state = self.settle();
+        self.player.append(rodio::buffer::SamplesBuffer::new(NonZero::<u16>::MIN, rate, clip.samples));
+        state.queued.push_back(length);
+        Ok(())
+    }
+
+    fn set_volume(&self, volume: f32) {
+        self.player.set_volume(volume);
+    }
+
+    fn clear(&self) {
+        let mut state = self.settle();
+        let position = self.player.get_pos();
+        self.player.clear();
+        self.player.play();
+        if !state.queued.is_empty() {
+            state.finished += position;
+        }
+        state.queued.clear();
+    }
+
+    fn played(&self) -> Duration {
+        let state = self.settle();
+        if state.queued.is_empty() {
+            state.finished
+        } else {
+            state.finished + self.player.get_pos()
+        }
+    }
+
+    fn is_playing(&self) -> bool {
+        !self.player.empty()
+    }
+}

@@ -1,0 +1,212 @@
+//! What an utterance was, once transcribed: a question, or something to ignore (noise, a filler,
+//! Jarvis's own voice), or one of the few things said alone that steer the conversation.
+
+use serde::{Deserialize, Serialize};
+
+/// The classifier's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Heard {
+    /// A question (or anything else meant for Jarvis): queued or answered.
+    Question,
+    /// Too little voice, nothing transcribed, or only sound labels: ignored.
+    Noise,
+    /// Only fillers ("um", "uh"): ignored.
+    Filler,
+    /// Jarvis's own voice coming back through the microphone: ignored.
+    Echo,
+    /// "Stop" (or the like) said alone: stops the reply and every waiting question.
+    Stop,
+    /// A goodbye in a wake conversation: ends it after the reply in progress.
+    Goodbye,
+    /// The wake word.
+    Wake,
+}
+
+impl Heard {
+    /// Whether the utterance is dropped without touching the conversation.
+    pub fn ignored(self) -> bool {
+        matches!(self, Heard::Noise | Heard::Filler | Heard::Echo)
+    }
+}
+
+/// What the classifier needs to know besides the words.
+#[derive(Debug, Clone, Default)]
+pub struct HeardContext<'a> {
+    /// The utterance began while Jarvis's voice was playing.
+    pub began_while_speaking: bool,
+    /// What Jarvis said recently (the answers being or just spoken).
+    pub recent_answers: &'a [String],
+    /// A wake conversation is open (so a goodbye ends it).
+    pub wake_conversation: bool,
+}
+
+const FILLERS: &[&str] = &[
+    "um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "ahh", "hmm", "hm", "mm", "mmm", "mhm",
+    "uh-huh", "uhhuh", "huh", "oh", "eh",
+];
+
+const STOPS: &[&str] = &[
+    "stop", "stop it", "stop that", "stop now", "stop talking", "stop please", "please stop",
+    "cancel", "cancel that", "cancel it", "never mind", "nevermind", "be quiet", "quiet",
+    "shut up", "hush", "silence", "enough", "that's enough", "that is enough", "okay stop",
+    "ok stop", "jarvis stop", "stop jarvis", "abort",
+];
+
+const GOODBYES: &[&str] = &[
+    "bye", "bye bye", "goodbye", "good bye", "bye jarvis", "goodbye jarvis", "thanks bye",
+    "thank you bye", "thanks that's all", "thank you that's all", "thanks that is all",
+    "thank you that is all", "that's all", "that is all", "that's all thanks", "that's it",
+    "that's it thanks", "that will be all", "that'll be all", "see you", "see you later",
+    "good night", "goodnight", "talk to you later", "i'm done", "i'm done thanks",
+];
+
+/// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept).
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…'))
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+                .replace('’', "'")
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Text with every bracketed sound label removed: `[cough]`, `(music)`, `*sighs*`, `♪`.
+fn without_labels(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth: i32 = 0;
+    let mut in_stars = false;
+    for c in text.chars() {
+        match c {
+            '[' | '(' | '{' | '<' => depth += 1,
+            ']' | ')' | '}' | '>' => depth = (depth - 1).max(0),
+            '*' => in_stars = !in_stars,
+            '♪' | '♫' => {}
+            _ if depth == 0 && !in_stars => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The longest run of `said` words that appears, in order and contiguous, in `answer`.
+fn longest_common_run(said: &[String], answer: &[String]) -> usize {
+    let mut best = 0;
+    let mut previous = vec![0usize; answer.len() + 1];
+    for s in said {
+        let mut row = vec![0usize; answer.len() + 1];
+        for (j, a) in answer.iter().enumerate() {
+            if s == a {
+                row[j + 1] = previous[j] + 1;
+                best = best.max(row[j + 1]);
+            }
+        }
+        previous = row;
+    }
+    best
+}
+
+/// Whether `said` is mostly one run of a recent answer: at least 3 words, and a contiguous run
+/// of the answer covering at least 80 % of them.
+pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
+    if said.len() < 3 {
+        return false;
+    }
+    recent_answers.iter().any(|answer| {
+        let run = longest_common_run(said, &words(answer));
+        run >= 3 && run * 5 >= said.len() * 4
+    })
+}
+
+fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
+    let joined = said.join(" ");
+    let trimmed = joined
+        .trim_start_matches("okay ")
+        .trim_start_matches("ok ")
+        .trim_start_matches("oh ")
+        .trim_start_matches("hey ")
+        .trim_start_matches("jarvis ")
+        .trim_end_matches(" please")
+        .trim_end_matches(" jarvis")
+        .trim_end_matches(" now");
+    phrases.iter().any(|p| *p == joined || *p == trimmed)
+}
+
+/// Classifies a transcript.
+pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
+    let said = words(&without_labels(text));
+    if said.is_empty() {
+        return Heard::Noise;
+    }
+    if said.iter().all(|w| FILLERS.contains(&w.as_str())) {
+        return Heard::Filler;
+    }
+    if context.began_while_speaking && is_echo(&said, context.recent_answers) {
+        return Heard::Echo;
+    }
+    if phrase_in(&said, STOPS) {
+        return Heard::Stop;
+    }
+    if context.wake_conversation && phrase_in(&said, GOODBYES) {
+        return Heard::Goodbye;
+    }
+    Heard::Question
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(text: &str) -> Heard {
+        classify(text, &HeardContext::default())
+    }
+
+    #[test]
+    fn fillers_and_sound_labels_are_ignored() {
+        assert_eq!(plain(""), Heard::Noise);
+        assert_eq!(plain("[BLANK_AUDIO]"), Heard::Noise);
+        assert_eq!(plain("(coughing)"), Heard::Noise);
+        assert_eq!(plain("[cough] (music) ♪"), Heard::Noise);
+        assert_eq!(plain("*sighs*"), Heard::Noise);
+        assert_eq!(plain("Um."), Heard::Filler);
+        assert_eq!(plain("Uh, um..."), Heard::Filler);
+        assert_eq!(plain("Hmm?"), Heard::Filler);
+        assert_eq!(plain("Um, what time is it?"), Heard::Question);
+    }
+
+    #[test]
+    fn stop_said_alone_stops_and_in_a_sentence_is_a_question() {
+        for stop in ["Stop.", "stop!", "Cancel.", "Never mind.", "Be quiet.", "OK, stop.", "Stop, please.", "Jarvis, stop."] {
+            assert_eq!(plain(stop), Heard::Stop, "{stop}");
+        }
+        assert_eq!(plain("Stop the timer and tell me the time."), Heard::Question);
+        assert_eq!(plain("How do I cancel a subscription?"), Heard::Question);
+    }
+
+    #[test]
+    fn goodbye_ends_only_a_wake_conversation() {
+        let wake = HeardContext { wake_conversation: true, ..HeardContext::default() };
+        assert_eq!(classify("Thanks, that's all.", &wake), Heard::Goodbye);
+        assert_eq!(classify("Bye!", &wake), Heard::Goodbye);
+        assert_eq!(classify("Goodbye, Jarvis.", &wake), Heard::Goodbye);
+        assert_eq!(plain("Bye!"), Heard::Question);
+        assert_eq!(classify("Say goodbye to my mother in French.", &wake), Heard::Question);
+    }
+
+    #[test]
+    fn its_own_voice_while_speaking_is_echo_and_a_new_question_is_not() {
+        let answers = vec!["The capital of France is Paris. It lies on the Seine.".to_string()];
+        let speaking = HeardContext { began_while_speaking: true, recent_answers: &answers, wake_conversation: false };
+        assert_eq!(classify("the capital of France is Paris", &speaking), Heard::Echo);
+        // One word misheard in five still reads as its own voice.
+        assert_eq!(classify("It lies on the scene.", &speaking), Heard::Echo);
+        assert_eq!(classify("What is the capital of Spain?", &speaking), Heard::Question);
+        // Too short to tell.
+        assert_eq!(classify("Paris.", &speaking), Heard::Question);
+        // The same words when Jarvis is not speaking are the user's.
+        let quiet = HeardContext { began_while_speaking: false, ..speaking.clone() };
+        assert_eq!(classify("the capital of France is Paris", &quiet), Heard::Question);
+    }
+}

@@ -1,0 +1,269 @@
+//! Listening: frames → utterances → (the wake word) → words → what was heard. The same
+//! [`Listener`] runs behind `jarvis listen --wav` and the voice loop.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use super::heard::{classify, words, Heard, HeardContext};
+use super::stt::Transcriber;
+use super::vad::{Segment, Segmenter, SegmenterSettings};
+use super::wake::WakeDetector;
+use super::{audio, VoiceError, FRAME_MS};
+use crate::service::ListenMode;
+
+pub use super::vad::Utterance;
+
+/// How many recent answers count as "its own voice".
+const RECENT_ANSWERS: usize = 3;
+
+/// One line of `jarvis listen`: what an utterance was.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UtteranceReport {
+    /// The verdict.
+    pub heard: Heard,
+    /// What was transcribed (empty for noise that never reached speech-to-text).
+    pub text: String,
+    /// Where it started, ms since listening began.
+    pub start_ms: u64,
+    /// Where it ended.
+    pub end_ms: u64,
+    /// Where its last voiced frame ended (not printed; the turn benchmark measures from it).
+    #[serde(skip)]
+    pub last_voiced_ms: u64,
+}
+
+/// What listening brought.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListenEvent {
+    /// Someone began to speak (Jarvis's voice ducks).
+    SpeechStarted,
+    /// The speech ended (Jarvis's voice comes back).
+    SpeechEnded,
+    /// An utterance, judged.
+    Heard(UtteranceReport),
+}
+
+/// What the listener shares with the speaking side: whether Jarvis's voice is playing, what it
+/// said recently (to know its own echo), and whether a wake conversation is open.
+#[derive(Clone, Default)]
+pub struct Shared {
+    speaking: Arc<AtomicBool>,
+    answers: Arc<Mutex<VecDeque<String>>>,
+    awake: Arc<AtomicBool>,
+}
+
+impl Shared {
+    /// Jarvis's voice started or stopped playing.
+    pub fn set_speaking(&self, speaking: bool) {
+        self.speaking.store(speaking, Ordering::SeqCst);
+    }
+
+    /// Whether Jarvis's voice is playing.
+    pub fn speaking(&self) -> bool {
+        self.speaking.load(Ordering::SeqCst)
+    }
+
+    /// Notes text Jarvis is saying (the latest answer grows as it is spoken).
+    pub fn said(&self, answer_started: bool, text: &str) {
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        if answer_started || answers.is_empty() {
+            answers.push_back(String::new());
+            while answers.len() > RECENT_ANSWERS {
+                answers.pop_front();
+            }
+        }
+        if let Some(last) = answers.back_mut() {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(text);
+        }
+    }
+
+    fn recent_answers(&self) -> Vec<String> {
+        self.answers.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+    }
+
+    /// Opens or closes a wake conversation.
+    pub fn set_awake(&self, awake: bool) {
+        self.awake.store(awake, Ordering::SeqCst);
+    }
+
+    /// Whether a wake conversation is open.
+    pub fn awake(&self) -> bool {
+        self.awake.load(Ordering::SeqCst)
+    }
+}
+
+/// Frames in, judged utterances out. Transcription runs inline: drive it from a thread of its
+/// own (the voice loop does) or from a CLI.
+pub struct Listener {
+    mode: ListenMode,
+    segmenter: Segmenter,
+    transcriber: Arc<dyn Transcriber>,
+    wake: Option<Box<dyn WakeDetector>>,
+    wake_threshold: f32,
+    shared: Shared,
+    frame_index: u64,
+    /// The open utterance began while Jarvis spoke.
+    began_while_speaking: bool,
+    /// The open utterance carries the wake word.
+    holds_wake_word: bool,
+}
+
+impl Listener {
+    /// A listener for `mode`; wake mode needs a detector.
+    pub fn new(
+        mode: ListenMode,
+        transcriber: Arc<dyn Transcriber>,
+        wake: Option<Box<dyn WakeDetector>>,
+        wake_threshold: f32,
+        shared: Shared,
+    ) -> Listener {
+        let settings = match mode {
+            ListenMode::PushToTalk => SegmenterSettings::push_to_talk(),
+            _ => SegmenterSettings::default(),
+        };
+        Listener {
+            mode,
+            segmenter: Segmenter::new(settings),
+            transcriber,
+            wake,
+            wake_threshold,
+            shared,
+            frame_index: 0,
+            began_while_speaking: false,
+            holds_wake_word: false,
+        }
+    }
+
+    /// What it shares with the speaking side.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Feeds one 20 ms frame.
+    pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
+        let now_ms = self.frame_index * FRAME_MS;
+        self.frame_index += 1;
+        let mut out = Vec::new();
+        if self.mode == ListenMode::Wake && !self.shared.awake() {
+            if let Some(wake) = &mut self.wake {
+                let score = wake.feed(frame)?;
+                if score >= self.wake_threshold {
+                    tracing::debug!(score, "wake word heard");
+                    wake.reset();
+                    self.shared.set_awake(true);
+                    self.holds_wake_word = self.segmenter.in_speech();
+                    out.push(ListenEvent::Heard(UtteranceReport {
+                        heard: Heard::Wake,
+                        text: String::new(),
+                        start_ms: now_ms.saturating_sub(1280),
+                        end_ms: now_ms + FRAME_MS,
+                        last_voiced_ms: now_ms + FRAME_MS,
+                    }));
+                }
+            }
+        }
+        for segment in self.segmenter.push(frame) {
+            out.extend(self.segment(segment)?);
+        }
+        Ok(out)
+    }
+
+    /// The input ended, or push to talk was released: closes an open utterance.
+    pub fn finish(&mut self) -> Result<Vec<ListenEvent>, VoiceError> {
+        let mut out = Vec::new();
+        for segment in self.segmenter.finish() {
+            out.extend(self.segment(segment)?);
+        }
+        Ok(out)
+    }
+
+    fn segment(&mut self, segment: Segment) -> Result<Vec<ListenEvent>, VoiceError> {
+        Ok(match segment {
+            Segment::SpeechStarted { .. } => {
+                self.began_while_speaking = self.shared.speaking();
+                vec![ListenEvent::SpeechStarted]
+            }
+            Segment::Noise { start_ms, end_ms, .. } => {
+                self.holds_wake_word = false;
+                vec![
+                    ListenEvent::SpeechEnded,
+                    ListenEvent::Heard(UtteranceReport {
+                        heard: Heard::Noise,
+                        text: String::new(),
+                        start_ms,
+                        end_ms,
+                        last_voiced_ms: end_ms,
+                    }),
+                ]
+            }
+            Segment::Utterance(utterance) => {
+                let mut out = vec![ListenEvent::SpeechEnded];
+                if let Some(report) = self.judge(utterance)? {
+                    out.push(ListenEvent::Heard(report));
+                }
+                out
+            }
+        })
+    }
+
+    fn judge(&mut self, utterance: Utterance) -> Result<Option<UtteranceReport>, VoiceError> {
+        let holds_wake_word = std::mem::take(&mut self.holds_wake_word);
+        let report = |heard, text: String| UtteranceReport {
+            heard,
+            text,
+            start_ms: utterance.start_ms,
+            end_ms: utterance.end_ms,
+            last_voiced_ms: utterance.last_voiced_ms,
+        };
+        if self.mode == ListenMode::Wake && !self.shared.awake() {
+            // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
+            return Ok(None);
+        }
+        let transcript = self.transcriber.transcribe(&audio::to_f32(&utterance.samples))?;
+        let mut text = transcript.text;
+        if holds_wake_word {
+            text = after_wake_word(&text);
+            if text.is_empty() {
+                return Ok(None);
+            }
+        }
+        let answers = self.shared.recent_answers();
+        let context = HeardContext {
+            began_while_speaking: self.began_while_speaking,
+            recent_answers: &answers,
+            wake_conversation: self.mode == ListenMode::Wake && self.shared.awake(),
+        };
+        let heard = classify(&text, &context);
+        Ok(Some(report(heard, text)))
+    }
+}
+
+/// What was said after "Hey Jarvis" in the same breath.
+fn after_wake_word(text: &str) -> String {
+    let lower = text.to_lowercase();
+    for name in ["jarvis", "travis", "jervis", "service"] {
+        if let Some(at) = lower.find(name) {
+            let rest = &text[at + name.len()..];
+            let rest = rest.trim_start_matches(|c: char| !c.is_alphanumeric());
+            return if words(rest).is_empty() { String::new() } else { rest.to_string() };
+        }
+    }
+    // The phrase was misheard beyond recognition: drop the first two words.
+    let all: Vec<&str> = text.split_whitespace().collect();
+    all.get(2..).map(|w| w.join(" ")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_words_after_the_wake_word_are_the_question() {
+        assert_eq!(super::after_wake_word("Hey Jarvis."), "");
+        assert_eq!(super::after_wake_word("Hey, Jarvis, what time is it?"), "what time is it?");
+    }
+}

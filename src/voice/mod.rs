@@ -1,0 +1,84 @@
+//! The voice loop: capture → voice activity → utterance → speech-to-text → heard → service; and
+//! reply → sentences → speech → playback, lowered while the user speaks over it.
+//!
+//! Every piece that touches the outside is a port (DESIGN.md §5) so the whole loop runs headless:
+//! [`AudioSource`] (a microphone, a WAV file, a feed a test speaks into), [`AudioSink`] (a speaker,
+//! a recorder), [`Transcriber`] (whisper.cpp), [`Synthesizer`] (espeak-ng), [`WakeDetector`]
+//! (openWakeWord). Raw audio is never written to disk: it lives in memory from capture to
+//! transcription and from synthesis to playback.
+
+pub mod audio;
+pub mod device;
+pub mod heard;
+pub mod listen;
+pub mod models;
+pub mod pipeline;
+pub mod speak;
+pub mod stt;
+pub mod tts;
+pub mod vad;
+pub mod wake;
+
+use thiserror::Error;
+
+pub use audio::{AudioSink, AudioSource, Capture, Clip, Feed, FeedSource, Recorder, WavSource};
+pub use heard::{classify, Heard, HeardContext};
+pub use listen::{Listener, Utterance, UtteranceReport};
+pub use pipeline::{VoiceLoop, VoiceParts};
+pub use stt::{Transcriber, Whisper};
+pub use tts::{Espeak, Synthesizer};
+pub use vad::{Segment, Segmenter, SegmenterSettings};
+pub use wake::{OpenWakeWord, WakeDetector};
+
+/// The rate everything listens at: 16 kHz mono.
+pub const SAMPLE_RATE: u32 = 16_000;
+/// One voice activity frame: 20 ms.
+pub const FRAME: usize = 320;
+/// Milliseconds per frame.
+pub const FRAME_MS: u64 = 20;
+
+/// What can go wrong in the voice loop; each names what to do about it.
+#[derive(Debug, Error)]
+pub enum VoiceError {
+    /// A model file is not where it should be.
+    #[error("{what} not installed: {path} is missing (run scripts/models voice)")]
+    ModelMissing {
+        /// Which model.
+        what: &'static str,
+        /// Where it was looked for.
+        path: String,
+    },
+    /// A model file exists but could not be loaded.
+    #[error("{what} could not be loaded from {path}: {reason}")]
+    ModelBroken {
+        /// Which model.
+        what: &'static str,
+        /// Its path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A WAV file could not be read.
+    #[error("cannot read {path} as a WAV file: {reason}")]
+    Wav {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The audio device failed or does not exist.
+    #[error("audio device: {0}")]
+    Device(String),
+    /// Transcription failed.
+    #[error("speech-to-text failed: {0}")]
+    Transcribe(String),
+    /// Speech synthesis failed.
+    #[error("text-to-speech failed: {0}")]
+    Synthesize(String),
+    /// The wake-word models failed while running.
+    #[error("wake word detection failed: {0}")]
+    Wake(String),
+    /// Resampling failed.
+    #[error("resampling failed: {0}")]
+    Resample(String),
+}

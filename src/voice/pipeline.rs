@@ -1,0 +1,415 @@
+//! The voice loop: the microphone, the listener and the speaker wired to the service's voice
+//! conversation. It opens the microphone only while the status says listening, puts what it
+//! hears to the conversation (questions queue, a spoken "stop" stops, a goodbye ends a wake
+//! conversation once its reply is done), and speaks the conversation's replies while a window
+//! watches — lowered while the user talks over them, cut only by Stop, End or the window leaving.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::listen::{ListenEvent, Listener, Shared, UtteranceReport};
+use super::speak::Speaker;
+use super::{AudioSink, AudioSource, Heard, Synthesizer, Transcriber, VoiceError, WakeDetector};
+use crate::service::{AskError, Attachment, Event, ListenMode, Service, VoiceStatus};
+use crate::store::{ChatId, ReplyId, ReplyState};
+
+/// Makes a wake-word detector for each listening session (loading its models).
+pub type WakeFactory = Arc<dyn Fn() -> Result<Box<dyn WakeDetector>, VoiceError> + Send + Sync>;
+
+/// The loop's ports.
+#[derive(Clone)]
+pub struct VoiceParts {
+    /// The microphone.
+    pub source: Arc<dyn AudioSource>,
+    /// The speaker.
+    pub sink: Arc<dyn AudioSink>,
+    /// Speech-to-text.
+    pub transcriber: Arc<dyn Transcriber>,
+    /// Text-to-speech.
+    pub synthesizer: Arc<dyn Synthesizer>,
+    /// The wake word (wake mode needs it).
+    pub wake: Option<WakeFactory>,
+}
+
+/// How the loop behaves.
+#[derive(Debug, Clone)]
+pub struct VoiceOptions {
+    /// The wake word's score threshold (0–1).
+    pub wake_threshold: f32,
+    /// A wake conversation closes after this long with nothing said or running.
+    pub wake_idle: Duration,
+}
+
+impl Default for VoiceOptions {
+    fn default() -> Self {
+        VoiceOptions { wake_threshold: 0.5, wake_idle: Duration::from_secs(10) }
+    }
+}
+
+enum LoopCommand {
+    Replay(ReplyId),
+}
+
+/// The running loop. Dropping it stops listening and speaking; the conversation stays in the
+/// service.
+pub struct VoiceLoop {
+    heard: broadcast::Sender<UtteranceReport>,
+    problems: watch::Receiver<Option<String>>,
+    commands: mpsc::Sender<LoopCommand>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for VoiceLoop {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl VoiceLoop {
+    /// Starts the loop on the current runtime.
+    pub fn start(service: Service, parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
+        let (heard, _) = broadcast::channel(64);
+        let (problem_tx, problems) = watch::channel(None);
+        let (commands, command_rx) = mpsc::channel(8);
+        let shared = Shared::default();
+        let speaker = Speaker::new(parts.synthesizer.clone(), parts.sink.clone(), shared.clone());
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let state = LoopState {
+            status: service.voice_status(),
+            service,
+            parts,
+            options,
+            shared,
+            speaker,
+            heard: heard.clone(),
+            problem: problem_tx,
+            mic: None,
+            events_tx,
+            chat: None,
+            watched: false,
+            goodbye: false,
+            awake: false,
+            last_activity: Instant::now(),
+            stops: 0,
+            in_speech: false,
+        };
+        let task = tokio::spawn(state.run(events, command_rx));
+        VoiceLoop { heard, problems, commands, task }
+    }
+
+    /// Every utterance the loop judged, as it judges it.
+    pub fn heard(&self) -> broadcast::Receiver<UtteranceReport> {
+        self.heard.subscribe()
+    }
+
+    /// What keeps the loop from working (a missing model, no microphone), if anything.
+    pub fn problems(&self) -> watch::Receiver<Option<String>> {
+        self.problems.clone()
+    }
+
+    /// Reads a finished answer aloud again (the orb's Play answer); touches no history.
+    pub async fn replay(&self, reply: ReplyId) {
+        let _ = self.commands.send(LoopCommand::Replay(reply)).await;
+    }
+}
+
+/// An open microphone: its thread runs the listener until asked to finish.
+struct Mic {
+    mode: ListenMode,
+    finish: Arc<AtomicBool>,
+}
+
+impl Drop for Mic {
+    fn drop(&mut self) {
+        self.finish.store(true, Ordering::SeqCst);
+    }
+}
+
+struct LoopState {
+    service: Service,
+    status: watch::Receiver<VoiceStatus>,
+    parts: VoiceParts,
+    options: VoiceOptions,
+    shared: Shared,
+    speaker: Speaker,
+    heard: broadcast::Sender<UtteranceReport>,
+    problem: watch::Sender<Option<String>>,
+    mic: Option<Mic>,
+    events_tx: mpsc::UnboundedSender<ListenEvent>,
+    chat: Option<(ChatId, Attachment)>,
+    watched: bool,
+    goodbye: bool,
+    awake: bool,
+    last_activity: Instant,
+    stops: u64,
+    in_speech: bool,
+}
+
+impl LoopState {
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<ListenEvent>,
+        mut commands: mpsc::Receiver<LoopCommand>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_millis(40));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.status.mark_changed();
+        loop {
+            let reply_event = async {
+                match &mut self.chat {
+                    Some((_, attachment)) => attachment.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = self.status.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let status = self.status.borrow_and_update().clone();
+                    self.on_status(status).await;
+                }
+                Some(event) = events.recv() => self.on_listen(event).await,
+                event = reply_event => match event {
+                    Some(event) => self.on_reply_event(event).await,
+                    None => self.chat = None,
+                },
+                Some(command) = commands.recv() => match command {
+                    LoopCommand::Replay(reply) => self.replay(reply).await,
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+        }
+    }
+
+    fn report_problem(&self, problem: Option<String>) {
+        self.problem.send_if_modified(|p| {
+            let changed = *p != problem;
+            *p = problem;
+            changed
+        });
+    }
+
+    async fn on_status(&mut self, status: VoiceStatus) {
+        // The microphone: open exactly while listening, in the mode the status says.
+        let wanted = status.listening.then_some(status.mode);
+        if self.mic.as_ref().map(|m| m.mode) != wanted {
+            self.mic = None; // closes (and, for push to talk, ends the utterance)
+            if let Some(mode) = wanted {
+                match self.open_mic(mode) {
+                    Ok(mic) => {
+                        self.mic = Some(mic);
+                        self.report_problem(None);
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "the microphone could not open");
+                        self.report_problem(Some(err.to_string()));
+                    }
+                }
+            }
+        }
+        // The conversation's chat: follow its replies.
+        if self.chat.as_ref().map(|(id, _)| *id) != status.chat {
+            if self.chat.is_some() {
+                // Ended (or a new one began): whatever was being said is cut.
+                self.cut().await;
+            }
+            self.chat = match status.chat {
+                Some(chat) => match self.service.attach(chat).await {
+                    Ok(attachment) => Some((chat, attachment)),
+                    Err(err) => {
+                        tracing::warn!(%err, "the voice loop could not follow its conversation");
+                        None
+                    }
+                },
+                None => None,
+            };
+        }
+        if status.stops != self.stops {
+            self.stops = status.stops;
+            self.cut().await;
+        }
+        if self.awake && !status.awake {
+            self.shared.set_awake(false);
+            self.goodbye = false;
+        }
+        self.awake = status.awake;
+    }
+
+    fn open_mic(&mut self, mode: ListenMode) -> Result<Mic, VoiceError> {
+        let wake = match (mode, &self.parts.wake) {
+            (ListenMode::Wake, Some(factory)) => Some(factory.clone()),
+            (ListenMode::Wake, None) => {
+                return Err(VoiceError::ModelMissing { what: "wake word model", path: "openwakeword/".into() })
+            }
+            _ => None,
+        };
+        let capture = self.parts.source.open()?;
+        let finish = Arc::new(AtomicBool::new(false));
+        let transcriber = self.parts.transcriber.clone();
+        let threshold = self.options.wake_threshold;
+        let shared = self.shared.clone();
+        let events = self.events_tx.clone();
+        let stop = finish.clone();
+        std::thread::Builder::new()
+            .name("jarvis-listen".into())
+            .spawn(move || {
+                let mut capture = capture;
+                let detector = match wake.map(|make| make()).transpose() {
+                    Ok(detector) => detector,
+                    Err(err) => {
+                        tracing::warn!(%err, "the wake word cannot be heard");
+                        return;
+                    }
+                };
+                let mut listener = Listener::new(mode, transcriber, detector, threshold, shared);
+                let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
+                    Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
+                    Err(err) => {
+                        tracing::warn!(%err, "an utterance could not be heard");
+                        true
+                    }
+                };
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        send(listener.finish());
+                        return;
+                    }
+                    match capture.frames.blocking_recv() {
+                        Some(frame) => {
+                            if !send(listener.push(&frame)) {
+                                return;
+                            }
+                        }
+                        None => {
+                            send(listener.finish());
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| VoiceError::Device(format!("cannot start listening: {e}")))?;
+        Ok(Mic { mode, finish })
+    }
+
+    async fn on_listen(&mut self, event: ListenEvent) {
+        self.last_activity = Instant::now();
+        match event {
+            ListenEvent::SpeechStarted => {
+                self.in_speech = true;
+                if self.speaker.playing() {
+                    self.speaker.duck(true);
+                }
+            }
+            ListenEvent::SpeechEnded => {
+                self.in_speech = false;
+                self.speaker.duck(false);
+            }
+            ListenEvent::Heard(report) => {
+                tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
+                let _ = self.heard.send(report.clone());
+                match report.heard {
+                    Heard::Question => match self.service.voice_ask(report.text).await {
+                        Ok(_) => {}
+                        Err(AskError::QueueFull) => tracing::info!("a spoken question was dropped: four already wait"),
+                        Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
+                    },
+                    Heard::Stop => {
+                        if let Err(err) = self.service.voice_stop().await {
+                            tracing::warn!(%err, "stop could not reach the service");
+                        }
+                        self.cut().await;
+                    }
+                    Heard::Goodbye => self.goodbye = true,
+                    Heard::Wake => {
+                        self.awake = true;
+                        let _ = self.service.set_awake(true).await;
+                    }
+                    Heard::Noise | Heard::Filler | Heard::Echo => {}
+                }
+            }
+        }
+    }
+
+    async fn on_reply_event(&mut self, event: Event) {
+        self.last_activity = Instant::now();
+        let audible = self.service.voice_watched();
+        let result = match &event {
+            Event::ReplyStarted { reply, .. } => {
+                self.speaker.begin(*reply);
+                Ok(())
+            }
+            Event::Delta { reply, text } => self.speaker.text(*reply, text, audible).await,
+            Event::ReplyEnded { reply, state, .. } => match state {
+                ReplyState::Done => self.speaker.end(*reply, audible).await,
+                ReplyState::Stopped => {
+                    if self.speaker.reply() == Some(*reply) {
+                        self.cut().await;
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
+        };
+        if let Err(err) = result {
+            tracing::warn!(%err, "the reply could not be spoken");
+            self.report_problem(Some(err.to_string()));
+        }
+    }
+
+    /// Cuts Jarvis's voice and keeps what of the answer was heard.
+    async fn cut(&mut self) {
+        if let Some((reply, prefix)) = self.speaker.cut() {
+            if let Err(err) = self.service.voice_heard(reply, prefix).await {
+                tracing::warn!(%err, "the heard prefix could not be kept");
+            }
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        self.speaker.refresh();
+        let watched = self.service.voice_watched();
+        if self.watched && !watched {
+            // The window went away: the reply goes on, its audio does not.
+            if let Some((reply, prefix)) = self.speaker.window_left() {
+                if let Err(err) = self.service.voice_heard(reply, prefix).await {
+                    tracing::warn!(%err, "the heard prefix could not be kept");
+                }
+            }
+        }
+        self.watched = watched;
+        let status = self.status.borrow().clone();
+        let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.playing();
+        if self.goodbye && quiet {
+            self.goodbye = false;
+            self.awake = false;
+            self.shared.set_awake(false);
+            let _ = self.service.end_conversation().await;
+        }
+        if self.shared.awake()
+            && quiet
+            && !self.in_speech
+            && self.last_activity.elapsed() >= self.options.wake_idle
+        {
+            tracing::debug!("the wake conversation went quiet");
+            self.awake = false;
+            self.shared.set_awake(false);
+            let _ = self.service.set_awake(false).await;
+        }
+    }
+
+    async fn replay(&mut self, reply: ReplyId) {
+        let store = self.service.store().clone();
+        let stored = tokio::task::spawn_blocking(move || store.reply(reply)).await;
+        let Ok(Ok(Some(stored))) = stored else { return };
+        if let Err(err) = self.speaker.replay(reply, &stored.text).await {
+            tracing::warn!(%err, "the answer could not be played");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Speech-to-text: whisper.cpp (through whisper-rs) with a ggml Whisper model (tiny.en by
+//! default), one transcription at a time, its audio context sized to the clip.
+
+use std::path::Path;
+use std::sync::{Mutex, Once};
+
+use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState};
+
+use super::{VoiceError, SAMPLE_RATE};
+
+/// What came out of a clip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    /// The words, trimmed.
+    pub text: String,
+    /// Whisper's estimate that there was no speech at all (0–1).
+    pub no_speech: f32,
+}
+
+/// Turns 16 kHz mono speech into text.
+pub trait Transcriber: Send + Sync {
+    /// Transcribes one utterance (blocking: call it off the async threads).
+    fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError>;
+}
+
+/// whisper.cpp with a ggml model.
+pub struct Whisper {
+    context: WhisperContext,
+    state: Mutex<WhisperState>,
+    threads: i32,
+    english_only: bool,
+}
+
+static LOG_HOOKS: Once = Once::new();
+
+/// The encoder's audio context for a clip: whisper's 50 units a second, with a generous margin
+/// (a context cut close to the clip makes the decoder repeat itself), at most the model's 30 s.
+pub fn audio_ctx_for(samples: usize) -> i32 {
+    let secs = samples as f64 / f64::from(SAMPLE_RATE);
+    let ctx = (secs * 50.0 * 1.5).ceil() as i32 + 128;
+    ctx.clamp(256, 1500)
+}
+
+impl Whisper {
+    /// Loads a ggml model; a missing file says how to install it.
+    pub fn load(path: &Path, threads: usize) -> Result<Whisper, VoiceError> {
+        LOG_HOOKS.call_once(whisper_rs::install_logging_hooks);
+        if !path.is_file() {
+            return Err(VoiceError::ModelMissing {
+                what: "speech model",
+                path: path.display().to_string(),
+            });
+        }
+        let broken = |reason: String| VoiceError::ModelBroken {
+            what: "speech model",
+            path: path.display().to_string(),
+            reason,
+        };
+        let path_str = path.to_str().ok_or_else(|| broken("the path is not UTF-8".into()))?;
+        let context = WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
+            .map_err(|e| broken(e.to_string()))?;
+        let state = context.create_state().map_err(|e| broken(e.to_string()))?;
+        let english_only = !context.is_multilingual();
+        Ok(Whisper {
+            context,
+            state: Mutex::new(state),
+            threads: threads.clamp(1, 16) as i32,
+            english_only,
+        })
+    }
+
+    /// Whether the model only knows English.
+    pub fn english_only(&self) -> bool {
+        self.english_only
+    }
+
+    /// The context the model was loaded with.
+    pub fn context(&self) -> &WhisperContext {
+        &self.context
+    }
+}
+
+impl Transcriber for Whisper {
+    fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError> {
+        // Whisper wants at least a second; pad short clips with silence.
+        let mut audio = samples.to_vec();
+        let min = SAMPLE_RATE as usize + SAMPLE_RATE as usize / 10;
+        if audio.len() < min {
+            audio.resize(min, 0.0);
+        }
+        let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        params.set_n_threads(self.threads);
+        params.set_audio_ctx(audio_ctx_for(audio.len()));
+        params.set_no_context(true);
+        params.set_single_segment(true);
+        params.set_no_timestamps(true);
+        params.set_suppress_blank(true);
+        params.set_suppress_nst(true);
+        params.set_print_special(false);
+        params.set_print_progress(false);
+        params.set_print_realtime(false);
+        params.set_print_timestamps(false);
+        params.set_temperature_inc(0.0);
+        if self.english_only {
+            params.set_language(Some("en"));
+        } else {
+            params.set_language(Some("auto"));
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .full(params, &audio)
+            .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
+        let mut text = String::new();
+        let mut no_speech: f32 = 0.0;
+        for segment in state.as_iter() {
+            let piece = segment
+                .to_str_lossy()
+                .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
+            text.push_str(&piece);
+            no_speech = no_speech.max(segment.no_speech_probability());
+        }
+        Ok(Transcript { text: text.trim().to_string(), no_speech })
+    }
+}

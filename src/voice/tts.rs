@@ -1,0 +1,217 @@
+//! Text-to-speech: the [`Synthesizer`] port, espeak-ng run as a program (GPL, so never linked),
+//! and the sentence splitter that lets a reply be spoken as it streams.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use super::{Clip, VoiceError};
+
+/// Turns text into speech.
+pub trait Synthesizer: Send + Sync {
+    /// Speaks `text` into a clip (blocking: call it off the async threads).
+    fn synthesize(&self, text: &str) -> Result<Clip, VoiceError>;
+}
+
+/// espeak-ng, through its command-line program; the audio comes back on a pipe, never a file.
+#[derive(Debug, Clone)]
+pub struct Espeak {
+    program: String,
+    voice: String,
+    words_per_minute: u32,
+}
+
+impl Default for Espeak {
+    fn default() -> Self {
+        Espeak { program: "espeak-ng".into(), voice: "en-us".into(), words_per_minute: 175 }
+    }
+}
+
+impl Espeak {
+    /// espeak-ng with a voice (e.g. `en-us`) and speed.
+    pub fn new(voice: &str, words_per_minute: u32) -> Espeak {
+        Espeak { voice: voice.into(), words_per_minute, ..Espeak::default() }
+    }
+
+    /// Whether the program can be run.
+    pub fn available(&self) -> bool {
+        Command::new(&self.program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+/// espeak-ng's `--stdout` WAV is written as a stream, with its sizes set to "unknown"
+/// (0x7fffffff); put in the real ones so a strict reader takes it.
+fn fix_streamed_sizes(bytes: &mut [u8]) {
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return;
+    }
+    let total = bytes.len();
+    let riff = (total - 8) as u32;
+    bytes[4..8].copy_from_slice(&riff.to_le_bytes());
+    let mut at = 12;
+    while at + 8 <= total {
+        let id = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
+        let len = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]) as usize;
+        if &id == b"data" {
+            let real = ((total - at - 8) & !1) as u32;
+            bytes[at + 4..at + 8].copy_from_slice(&real.to_le_bytes());
+            return;
+        }
+        at += 8 + len + (len & 1);
+    }
+}
+
+impl Synthesizer for Espeak {
+    fn synthesize(&self, text: &str) -> Result<Clip, VoiceError> {
+        let failed = |reason: String| VoiceError::Synthesize(reason);
+        let mut child = Command::new(&self.program)
+            .args(["--stdout", "-v", &self.voice, "-s", &self.words_per_minute.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("cannot run {}: {e} (apt-get install espeak-ng)", self.program)))?;
+        // The text goes in on stdin, so nothing it says can be read as an option.
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(text.as_bytes())
+                .map_err(|e| failed(format!("writing to {}: {e}", self.program)))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| failed(format!("{}: {e}", self.program)))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(failed(format!("{} exited with {}: {}", self.program, output.status, stderr.trim())));
+        }
+        let mut wav = output.stdout;
+        fix_streamed_sizes(&mut wav);
+        Clip::from_wav_bytes(&wav, &self.program)
+    }
+}
+
+/// Cuts streaming text into sentences to speak: a sentence is complete at `.`, `!`, `?` or `…`
+/// followed by a space or a line break, or at a blank line. Markdown marks that should not be
+/// read aloud are dropped.
+#[derive(Debug, Default)]
+pub struct Sentences {
+    pending: String,
+    in_code: bool,
+}
+
+impl Sentences {
+    /// A splitter with nothing pending.
+    pub fn new() -> Sentences {
+        Sentences::default()
+    }
+
+    /// Adds streamed text; returns the sentences it completed.
+    pub fn push(&mut self, text: &str) -> Vec<String> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        while let Some(end) = sentence_end(&self.pending) {
+            let sentence: String = self.pending.drain(..end).collect();
+            if let Some(spoken) = self.speakable(&sentence) {
+                out.push(spoken);
+            }
+        }
+        out
+    }
+
+    /// The rest, once the reply ended.
+    pub fn finish(&mut self) -> Option<String> {
+        let rest = std::mem::take(&mut self.pending);
+        self.speakable(&rest)
+    }
+
+    /// The words of a piece of Markdown worth speaking; code blocks are not read out.
+    fn speakable(&mut self, text: &str) -> Option<String> {
+        let mut spoken = Vec::new();
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("```") {
+                self.in_code = !self.in_code;
+                continue;
+            }
+            if self.in_code {
+                continue;
+            }
+            let cleaned: String = trimmed
+                .trim_start_matches(['#', '>', '-', '*', '+'])
+                .chars()
+                .filter(|c| !matches!(c, '*' | '_' | '`' | '#'))
+                .collect();
+            let cleaned = cleaned.trim();
+            if !cleaned.is_empty() {
+                spoken.push(cleaned.to_string());
+            }
+        }
+        let joined = spoken.join(" ");
+        (joined.chars().any(char::is_alphanumeric)).then_some(joined)
+    }
+}
+
+/// Whether the text before a full stop ends in a bare number ("1." of a list is not a sentence).
+fn ends_a_number(before: &str) -> bool {
+    let word = before.rsplit(char::is_whitespace).next().unwrap_or("");
+    !word.is_empty() && word.chars().all(|c| c.is_ascii_digit())
+}
+
+/// Where the first complete sentence of `text` ends (byte index after its terminator).
+fn sentence_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|(_, n)| *n);
+        match c {
+            '.' if ends_a_number(&text[..i]) => {}
+            '.' | '!' | '?' | '…' => {
+                if let Some(n) = next {
+                    if n == ' ' || n == '\n' {
+                        // "e.g. " and decimals are not ends: a lowercase letter must not follow.
+                        return Some(i + c.len_utf8());
+                    }
+                }
+            }
+            '\n' if next == Some('\n') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentences_come_out_as_the_stream_completes_them() {
+        let mut s = Sentences::new();
+        assert!(s.push("The capital of France").is_empty());
+        assert_eq!(s.push(" is Paris. It lies"), vec!["The capital of France is Paris.".to_string()]);
+        assert!(s.push(" on the Seine").is_empty());
+        assert_eq!(s.finish(), Some("It lies on the Seine".to_string()));
+    }
+
+    #[test]
+    fn markdown_marks_and_code_are_not_read_out() {
+        let mut s = Sentences::new();
+        let got = s.push("# Steps\n\n1. Run **this**:\n\n```sh\nrm -rf x\n```\n\nThen you are done. ");
+        let all = [got, s.finish().into_iter().collect()].concat();
+        assert_eq!(all, vec!["Steps".to_string(), "1. Run this:".to_string(), "Then you are done.".to_string()]);
+    }
+
+    #[test]
+    fn streamed_wav_sizes_are_fixed() {
+        let clip = Clip { samples: vec![0.5; 100], rate: 22_050 };
+        let mut bytes = clip.to_wav_bytes();
+        bytes[4..8].copy_from_slice(&0x7fff_ffff_u32.to_le_bytes());
+        bytes[40..44].copy_from_slice(&0x7fff_ffff_u32.to_le_bytes());
+        fix_streamed_sizes(&mut bytes);
+        let back = Clip::from_wav_bytes(&bytes, "test").unwrap();
+        assert_eq!(back.samples.len(), 100);
+    }
+}

@@ -1,0 +1,211 @@
+//! Cutting the microphone's frames into utterances with the WebRTC voice activity detector: an
+//! onset of a few voiced frames opens one (with the frames just before it, so the first word is
+//! not clipped), a hangover of unvoiced frames closes it (so a pause between words does not), and
+//! a burst with too few voiced frames never leaves this stage.
+
+use std::collections::VecDeque;
+
+use webrtc_vad::{SampleRate, Vad, VadMode};
+
+use super::{FRAME, FRAME_MS};
+
+/// How utterances are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmenterSettings {
+    /// Frames kept from before the onset.
+    pub pre_roll_frames: usize,
+    /// Voiced frames among the last `onset_window` that open an utterance.
+    pub onset_frames: usize,
+    /// The window the onset is counted over.
+    pub onset_window: usize,
+    /// Unvoiced frames in a row that close it; `None` closes only on [`Segmenter::finish`]
+    /// (push to talk: the release ends the utterance).
+    pub hangover_frames: Option<usize>,
+    /// Fewer voiced frames than this is noise, not speech.
+    pub min_voiced_frames: usize,
+    /// An utterance is cut after this many frames.
+    pub max_frames: usize,
+}
+
+impl Default for SegmenterSettings {
+    fn default() -> Self {
+        SegmenterSettings {
+            pre_roll_frames: 15, // 300 ms
+            onset_frames: 3,
+            onset_window: 5,
+            hangover_frames: Some(15), // 300 ms
+            min_voiced_frames: 12,     // 240 ms of voice
+            max_frames: 30 * 50,       // 30 s
+        }
+    }
+}
+
+impl SegmenterSettings {
+    /// Push to talk: nothing but the release closes an utterance.
+    pub fn push_to_talk() -> Self {
+        SegmenterSettings { hangover_frames: None, ..SegmenterSettings::default() }
+    }
+}
+
+/// An utterance: voiced audio with its pre-roll and hangover.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Utterance {
+    /// 16 kHz mono samples.
+    pub samples: Vec<i16>,
+    /// Where it starts, in ms since the capture opened (pre-roll included).
+    pub start_ms: u64,
+    /// Where it ends.
+    pub end_ms: u64,
+    /// Where the last voiced frame ended.
+    pub last_voiced_ms: u64,
+    /// How many of its frames were voiced.
+    pub voiced_frames: usize,
+}
+
+/// What a frame brought.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Segment {
+    /// Someone began to speak (the onset) at this time.
+    SpeechStarted {
+        /// ms since the capture opened.
+        at_ms: u64,
+    },
+    /// An utterance ended with enough voice to be speech.
+    Utterance(Utterance),
+    /// A burst ended with too few voiced frames: noise, never transcribed.
+    Noise {
+        /// Where it started.
+        start_ms: u64,
+        /// Where it ended.
+        end_ms: u64,
+        /// Its voiced frames.
+        voiced_frames: usize,
+    },
+}
+
+/// The WebRTC detector; it holds a C object with no thread affinity.
+struct Detector(Vad);
+
+// SAFETY: the fvad instance is plain heap state with no thread-local or shared data; it is only
+// ever used through `&mut self`, from one thread at a time.
+unsafe impl Send for Detector {}
+
+/// Frames in, segments out.
+pub struct Segmenter {
+    vad: Detector,
+    settings: SegmenterSettings,
+    frame_index: u64,
+    recent: VecDeque<(Vec<i16>, bool)>,
+    current: Option<Open>,
+}
+
+struct Open {
+    samples: Vec<i16>,
+    start_frame: u64,
+    frames: usize,
+    voiced: usize,
+    unvoiced_run: usize,
+    last_voiced_frame: u64,
+}
+
+impl Segmenter {
+    /// A segmenter for 16 kHz, 20 ms frames.
+    pub fn new(settings: SegmenterSettings) -> Segmenter {
+        let vad = Vad::new_with_rate_and_mode(SampleRate::Rate16kHz, VadMode::Aggressive);
+        Segmenter {
+            vad: Detector(vad),
+            settings,
+            frame_index: 0,
+            recent: VecDeque::new(),
+            current: None,
+        }
+    }
+
+    /// Whether an utterance is open.
+    pub fn in_speech(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Feeds one 20 ms frame.
+    pub fn push(&mut self, frame: &[i16]) -> Vec<Segment> {
+        let mut out = Vec::new();
+        let frame = if frame.len() == FRAME {
+            frame.to_vec()
+        } else {
+            let mut f = frame.to_vec();
+            f.resize(FRAME, 0);
+            f
+        };
+        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false);
+        let index = self.frame_index;
+        self.frame_index += 1;
+        let s = self.settings;
+
+        if let Some(open) = &mut self.current {
+            open.samples.extend_from_slice(&frame);
+            open.frames += 1;
+            if voiced {
+                open.voiced += 1;
+                open.unvoiced_run = 0;
+                open.last_voiced_frame = index;
+            } else {
+                open.unvoiced_run += 1;
+            }
+            let hung = s.hangover_frames.is_some_and(|h| open.unvoiced_run >= h);
+            if hung || open.frames >= s.max_frames {
+                out.extend(self.close());
+            }
+            return out;
+        }
+
+        self.recent.push_back((frame, voiced));
+        while self.recent.len() > s.pre_roll_frames.max(s.onset_window) {
+            self.recent.pop_front();
+        }
+        let window = self.recent.iter().rev().take(s.onset_window);
+        let voiced_recent = window.filter(|(_, v)| *v).count();
+        if voiced && voiced_recent >= s.onset_frames {
+            let kept = self.recent.len().min(s.pre_roll_frames.max(1));
+            let start_frame = index + 1 - kept as u64;
+            let mut samples = Vec::with_capacity(FRAME * 100);
+            let mut voiced_count = 0;
+            for (f, v) in self.recent.iter().skip(self.recent.len() - kept) {
+                samples.extend_from_slice(f);
+                voiced_count += usize::from(*v);
+            }
+            self.recent.clear();
+            self.current = Some(Open {
+                samples,
+                start_frame,
+                frames: kept,
+                voiced: voiced_count,
+                unvoiced_run: 0,
+                last_voiced_frame: index,
+            });
+            out.push(Segment::SpeechStarted { at_ms: start_frame * FRAME_MS });
+        }
+        out
+    }
+
+    /// Ends the input (or a push-to-talk release): closes an open utterance.
+    pub fn finish(&mut self) -> Vec<Segment> {
+        self.recent.clear();
+        self.close().into_iter().collect()
+    }
+
+    fn close(&mut self) -> Option<Segment> {
+        let open = self.current.take()?;
+        let start_ms = open.start_frame * FRAME_MS;
+        let end_ms = start_ms + open.frames as u64 * FRAME_MS;
+        if open.voiced < self.settings.min_voiced_frames {
+            return Some(Segment::Noise { start_ms, end_ms, voiced_frames: open.voiced });
+        }
+        Some(Segment::Utterance(Utterance {
+            samples: open.samples,
+            start_ms,
+            end_ms,
+            last_voiced_ms: (open.last_voiced_frame + 1) * FRAME_MS,
+            voiced_frames: open.voiced,
+        }))
+    }
+}

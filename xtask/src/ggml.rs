@@ -1,0 +1,422 @@
+//! Writing whisper.cpp's ggml model file from a CTranslate2 Whisper model, the mel filters and
+//! the tokenizer's vocabulary (the layout whisper.cpp's own `convert-pt-to-ggml.py` writes).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use base64::Engine;
+
+use crate::ct2::{Model, Variable};
+
+const MAGIC: i32 = 0x6767_6d6c;
+
+/// A tensor to write: its whisper.cpp name, shape (PyTorch order) and values.
+struct Tensor {
+    name: String,
+    dims: Vec<usize>,
+    values: Vec<f32>,
+}
+
+impl Tensor {
+    fn new(name: impl Into<String>, dims: Vec<usize>, values: Vec<f32>) -> Result<Tensor> {
+        let name = name.into();
+        ensure!(
+            dims.iter().product::<usize>() == values.len(),
+            "{name}: {} values for shape {dims:?}",
+            values.len()
+        );
+        Ok(Tensor { name, dims, values })
+    }
+}
+
+fn var<'m>(model: &'m Model, name: &str) -> Result<&'m Variable> {
+    model
+        .get(name)
+        .with_context(|| format!("the model has no variable {name}: is it a Whisper model?"))
+}
+
+/// A variable as one tensor.
+fn whole(model: &Model, from: &str, to: &str) -> Result<Tensor> {
+    let v = var(model, from)?;
+    Tensor::new(to, v.dims.clone(), v.to_f32()?)
+}
+
+/// Rows `[start, end)` of a 1-D or 2-D variable.
+fn rows(model: &Model, from: &str, to: &str, start: usize, end: usize) -> Result<Tensor> {
+    let v = var(model, from)?;
+    let values = v.to_f32()?;
+    let width: usize = v.dims.iter().skip(1).product();
+    ensure!(
+        end <= v.dims[0],
+        "{from}: rows {start}..{end} of {}",
+        v.dims[0]
+    );
+    let mut dims = v.dims.clone();
+    dims[0] = end - start;
+    Tensor::new(to, dims, values[start * width..end * width].to_vec())
+}
+
+/// A linear layer's weight and bias.
+fn linear(model: &Model, from: &str, to: &str, out: &mut Vec<Tensor>) -> Result<()> {
+    out.push(whole(
+        model,
+        &format!("{from}/weight"),
+        &format!("{to}.weight"),
+    )?);
+    out.push(whole(
+        model,
+        &format!("{from}/bias"),
+        &format!("{to}.bias"),
+    )?);
+    Ok(())
+}
+
+fn layer_norm(model: &Model, from: &str, to: &str, out: &mut Vec<Tensor>) -> Result<()> {
+    out.push(whole(
+        model,
+        &format!("{from}/gamma"),
+        &format!("{to}.weight"),
+    )?);
+    out.push(whole(
+        model,
+        &format!("{from}/beta"),
+        &format!("{to}.bias"),
+    )?);
+    Ok(())
+}
+
+/// A fused projection split into parts of `d` rows; `None` parts have no bias (Whisper's key).
+fn fused(
+    model: &Model,
+    from: &str,
+    parts: &[(&str, bool)],
+    d: usize,
+    out: &mut Vec<Tensor>,
+) -> Result<()> {
+    for (i, (to, bias)) in parts.iter().enumerate() {
+        let (start, end) = (i * d, (i + 1) * d);
+        out.push(rows(
+            model,
+            &format!("{from}/weight"),
+            &format!("{to}.weight"),
+            start,
+            end,
+        )?);
+        if *bias {
+            out.push(rows(
+                model,
+                &format!("{from}/bias"),
+                &format!("{to}.bias"),
+                start,
+                end,
+            )?);
+        }
+    }
+    Ok(())
+}
+
+fn layer_count(model: &Model, side: &str) -> usize {
+    let prefix = format!("{side}/layer_");
+    model
+        .variables
+        .iter()
+        .filter_map(|v| {
+            v.name
+                .strip_prefix(&prefix)?
+                .split('/')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
+/// Reads a little-endian f32 `.npy` array: its shape and values.
+fn read_npy(path: &Path) -> Result<(Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        bytes.starts_with(b"\x93NUMPY"),
+        "{} is not a .npy file",
+        path.display()
+    );
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => bail!("{}: .npy version {v} is not supported", path.display()),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + header_len])?;
+    ensure!(
+        header.contains("'<f4'"),
+        "{}: not little-endian f32 ({header})",
+        path.display()
+    );
+    ensure!(
+        header.contains("'fortran_order': False"),
+        "{}: Fortran order",
+        path.display()
+    );
+    let shape_text = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .context("no shape in the .npy header")?;
+    let shape: Vec<usize> = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let values: Vec<f32> = bytes[start + header_len..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    ensure!(
+        values.len() == shape.iter().product::<usize>(),
+        "{}: size mismatch",
+        path.display()
+    );
+    Ok((shape, values))
+}
+
+/// The tokens of a `.tiktoken` file (`base64 rank` per line), in rank order.
+fn read_tiktoken(path: &Path) -> Result<Vec<Vec<u8>>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut tokens = Vec::new();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let (b64, rank) = line
+            .split_once(' ')
+            .context("a vocabulary line without a rank")?;
+        let rank: usize = rank.trim().parse()?;
+        ensure!(
+            rank == i,
+            "vocabulary ranks are not in order at line {}",
+            i + 1
+        );
+        tokens.push(base64::engine::general_purpose::STANDARD.decode(b64)?);
+    }
+    Ok(tokens)
+}
+
+fn i32s(out: &mut impl Write, values: &[usize]) -> Result<()> {
+    for &v in values {
+        out.write_all(&i32::try_from(v)?.to_le_bytes())?;
+    }
+    Ok(())
+}
+
+/// Converts and writes; returns a one-line summary.
+pub fn write_whisper(model: &Model, mel: &Path, vocab: &Path, out_path: &Path) -> Result<String> {
+    ensure!(
+        model.spec == "WhisperSpec",
+        "the model is a {}, not Whisper",
+        model.spec
+    );
+    let token_embedding = var(model, "decoder/embeddings/weight")?;
+    let (n_vocab, n_text_state) = (token_embedding.dims[0], token_embedding.dims[1]);
+    let audio_pos = var(model, "encoder/position_encodings/encodings")?;
+    let (n_audio_ctx, n_audio_state) = (audio_pos.dims[0], audio_pos.dims[1]);
+    let n_text_ctx = var(model, "decoder/position_encodings/encodings")?.dims[0];
+    let n_mels = var(model, "encoder/conv1/weight")?.dims[1];
+    let (n_audio_layer, n_text_layer) =
+        (layer_count(model, "encoder"), layer_count(model, "decoder"));
+    let (n_audio_head, n_text_head) = (n_audio_state / 64, n_text_state / 64);
+
+    let (mel_shape, mel_values) = read_npy(mel)?;
+    ensure!(
+        mel_shape.len() == 2 && mel_shape[0] == n_mels,
+        "the mel filters are {mel_shape:?}, the model wants {n_mels} mels"
+    );
+    let tokens = read_tiktoken(vocab)?;
+
+    let mut tensors = Vec::new();
+    tensors.push(whole(
+        model,
+        "encoder/position_encodings/encodings",
+        "encoder.positional_embedding",
+    )?);
+    for conv in ["conv1", "conv2"] {
+        tensors.push(whole(
+            model,
+            &format!("encoder/{conv}/weight"),
+            &format!("encoder.{conv}.weight"),
+        )?);
+        let bias = var(model, &format!("encoder/{conv}/bias"))?;
+        // whisper.cpp adds the conv bias as an [n, 1] tensor.
+        tensors.push(Tensor::new(
+            format!("encoder.{conv}.bias"),
+            vec![bias.dims[0], 1],
+            bias.to_f32()?,
+        )?);
+    }
+    for i in 0..n_audio_layer {
+        let (from, to) = (format!("encoder/layer_{i}"), format!("encoder.blocks.{i}"));
+        block(model, &from, &to, n_audio_state, false, &mut tensors)?;
+    }
+    layer_norm(model, "encoder/layer_norm", "encoder.ln_post", &mut tensors)?;
+
+    tensors.push(whole(
+        model,
+        "decoder/position_encodings/encodings",
+        "decoder.positional_embedding",
+    )?);
+    tensors.push(whole(
+        model,
+        "decoder/embeddings/weight",
+        "decoder.token_embedding.weight",
+    )?);
+    for i in 0..n_text_layer {
+        let (from, to) = (format!("decoder/layer_{i}"), format!("decoder.blocks.{i}"));
+        block(model, &from, &to, n_text_state, true, &mut tensors)?;
+    }
+    layer_norm(model, "decoder/layer_norm", "decoder.ln", &mut tensors)?;
+
+    let partial = out_path.with_extension("partial");
+    let mut out = BufWriter::new(
+        File::create(&partial).with_context(|| format!("creating {}", partial.display()))?,
+    );
+    out.write_all(&MAGIC.to_le_bytes())?;
+    i32s(
+        &mut out,
+        &[
+            n_vocab,
+            n_audio_ctx,
+            n_audio_state,
+            n_audio_head,
+            n_audio_layer,
+            n_text_ctx,
+            n_text_state,
+            n_text_head,
+            n_text_layer,
+            n_mels,
+            1,
+        ],
+    )?;
+    i32s(&mut out, &mel_shape)?;
+    for v in &mel_values {
+        out.write_all(&v.to_le_bytes())?;
+    }
+    i32s(&mut out, &[tokens.len()])?;
+    for token in &tokens {
+        i32s(&mut out, &[token.len()])?;
+        out.write_all(token)?;
+    }
+    for t in &tensors {
+        let keep_f32 = t.dims.len() < 2
+            || t.name.ends_with("conv1.bias")
+            || t.name.ends_with("conv2.bias")
+            || t.name.ends_with("positional_embedding");
+        i32s(
+            &mut out,
+            &[t.dims.len(), t.name.len(), usize::from(!keep_f32)],
+        )?;
+        let reversed: Vec<usize> = t.dims.iter().rev().copied().collect();
+        i32s(&mut out, &reversed)?;
+        out.write_all(t.name.as_bytes())?;
+        for v in &t.values {
+            if keep_f32 {
+                out.write_all(&v.to_le_bytes())?;
+            } else {
+                out.write_all(&half::f16::from_f32(*v).to_le_bytes())?;
+            }
+        }
+    }
+    out.flush()?;
+    drop(out);
+    std::fs::rename(&partial, out_path)?;
+    Ok(format!(
+        "wrote {}: {} tensors, vocabulary {n_vocab} ({} tokens), {n_audio_layer}+{n_text_layer} layers, state {n_audio_state}, {n_mels} mels",
+        out_path.display(),
+        tensors.len(),
+        tokens.len()
+    ))
+}
+
+/// One transformer block: self-attention, cross-attention (decoder) and the MLP.
+fn block(
+    model: &Model,
+    from: &str,
+    to: &str,
+    d: usize,
+    cross: bool,
+    out: &mut Vec<Tensor>,
+) -> Result<()> {
+    layer_norm(
+        model,
+        &format!("{from}/self_attention/layer_norm"),
+        &format!("{to}.attn_ln"),
+        out,
+    )?;
+    fused(
+        model,
+        &format!("{from}/self_attention/linear_0"),
+        &[
+            (&format!("{to}.attn.query"), true),
+            (&format!("{to}.attn.key"), false),
+            (&format!("{to}.attn.value"), true),
+        ],
+        d,
+        out,
+    )?;
+    linear(
+        model,
+        &format!("{from}/self_attention/linear_1"),
+        &format!("{to}.attn.out"),
+        out,
+    )?;
+    if cross {
+        layer_norm(
+            model,
+            &format!("{from}/attention/layer_norm"),
+            &format!("{to}.cross_attn_ln"),
+            out,
+        )?;
+        linear(
+            model,
+            &format!("{from}/attention/linear_0"),
+            &format!("{to}.cross_attn.query"),
+            out,
+        )?;
+        fused(
+            model,
+            &format!("{from}/attention/linear_1"),
+            &[
+                (&format!("{to}.cross_attn.key"), false),
+                (&format!("{to}.cross_attn.value"), true),
+            ],
+            d,
+            out,
+        )?;
+        linear(
+            model,
+            &format!("{from}/attention/linear_2"),
+            &format!("{to}.cross_attn.out"),
+            out,
+        )?;
+    }
+    layer_norm(
+        model,
+        &format!("{from}/ffn/layer_norm"),
+        &format!("{to}.mlp_ln"),
+        out,
+    )?;
+    linear(
+        model,
+        &format!("{from}/ffn/linear_0"),
+        &format!("{to}.mlp.0"),
+        out,
+    )?;
+    linear(
+        model,
+        &format!("{from}/ffn/linear_1"),
+        &format!("{to}.mlp.2"),
+        out,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Development tasks run by the set-up scripts.
+//!
+//! `cargo run -p xtask -- whisper-ggml --ct2 model.bin --mel mel_80.npy --vocab gpt2.tiktoken --out ggml.bin`
+//! converts a CTranslate2 Whisper model (faster-whisper's format, which PyPI ships) into the ggml
+//! file whisper.cpp reads. `cargo run -p xtask -- ct2-list model.bin` lists a model's variables.
+
+mod ct2;
+mod ggml;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        Some("whisper-ggml") => {
+            let mut ct2 = None;
+            let mut mel = None;
+            let mut vocab = None;
+            let mut out = None;
+            while let Some(flag) = args.next() {
+                let value = args
+                    .next()
+                    .with_context(|| format!("{flag} needs a value"))?;
+                let slot = match flag.as_str() {
+                    "--ct2" => &mut ct2,
+                    "--mel" => &mut mel,
+                    "--vocab" => &mut vocab,
+                    "--out" => &mut out,
+                    other => bail!("unknown flag {other}"),
+                };
+                *slot = Some(PathBuf::from(value));
+            }
+            let (Some(ct2), Some(mel), Some(vocab), Some(out)) = (ct2, mel, vocab, out) else {
+                bail!("usage: xtask whisper-ggml --ct2 model.bin --mel mel_N.npy --vocab X.tiktoken --out FILE");
+            };
+            let model = ct2::Model::read(&ct2)?;
+            let summary = ggml::write_whisper(&model, &mel, &vocab, &out)?;
+            println!("{summary}");
+            Ok(())
+        }
+        Some("ct2-list") => {
+            let path = PathBuf::from(args.next().context("usage: xtask ct2-list model.bin")?);
+            let model = ct2::Model::read(&path)?;
+            println!("{} revision {}", model.spec, model.revision);
+            for var in &model.variables {
+                println!("{} {:?} {:?}", var.name, var.dims, var.dtype);
+            }
+            for (alias, target) in &model.aliases {
+                println!("{alias} -> {target}");
+            }
+            Ok(())
+        }
+        _ => bail!("usage: xtask whisper-ggml … | xtask ct2-list model.bin"),
+    }
+}
