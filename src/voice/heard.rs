@@ -91,32 +91,35 @@ fn without_labels(text: &str) -> String {
     out
 }
 
-/// The longest run of `said` words that appears, in order and contiguous, in `answer`.
-fn longest_common_run(said: &[String], answer: &[String]) -> usize {
-    let mut best = 0;
+/// The fewest word edits (substitutions, insertions, deletions) that turn `said` into some
+/// contiguous stretch of `answer` — a semi-global alignment, so a word the speech-to-text misheard
+/// in the middle of Jarvis's own sentence does not hide that it is its own sentence.
+fn edits_to_a_stretch(said: &[String], answer: &[String]) -> usize {
+    // previous[j]: edits aligning said[..i] with a stretch of answer ending at j.
     let mut previous = vec![0usize; answer.len() + 1];
-    for s in said {
-        let mut row = vec![0usize; answer.len() + 1];
+    for (i, s) in said.iter().enumerate() {
+        let mut row = vec![i + 1; answer.len() + 1];
         for (j, a) in answer.iter().enumerate() {
-            if s == a {
-                row[j + 1] = previous[j] + 1;
-                best = best.max(row[j + 1]);
-            }
+            let substitute = previous[j] + usize::from(s != a);
+            let extra_said = previous[j + 1] + 1;
+            let skipped_answer = row[j] + 1;
+            row[j + 1] = substitute.min(extra_said).min(skipped_answer);
         }
         previous = row;
     }
-    best
+    previous.into_iter().min().unwrap_or(said.len())
 }
 
-/// Whether `said` is mostly one run of a recent answer: at least 3 words, and a contiguous run
-/// of the answer covering at least 80 % of them.
+/// Whether `said` is mostly one run of a recent answer: at least 3 words, at least 80 % of them
+/// matching one contiguous stretch of the answer.
 pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
     if said.len() < 3 {
         return false;
     }
     recent_answers.iter().any(|answer| {
-        let run = longest_common_run(said, &words(answer));
-        run >= 3 && run * 5 >= said.len() * 4
+        let edits = edits_to_a_stretch(said, &words(answer));
+        let matched = said.len().saturating_sub(edits);
+        matched >= 3 && matched * 5 >= said.len() * 4
     })
 }
 
@@ -197,12 +200,14 @@ mod tests {
 
     #[test]
     fn its_own_voice_while_speaking_is_echo_and_a_new_question_is_not() {
-        let answers = vec!["The capital of France is Paris. It lies on the Seine.".to_string()];
+        let answers = vec!["The capital of France is Paris. It lies on the Seine.".to_string(),
+            "It lies on the river Seine in the north of the country.".to_string()];
         let speaking = HeardContext { began_while_speaking: true, recent_answers: &answers, wake_conversation: false };
         assert_eq!(classify("the capital of France is Paris", &speaking), Heard::Echo);
         // One word misheard in five still reads as its own voice.
         assert_eq!(classify("It lies on the scene.", &speaking), Heard::Echo);
         assert_eq!(classify("What is the capital of Spain?", &speaking), Heard::Question);
+        assert_eq!(classify("It lies on the river saying in the north of the country.", &speaking), Heard::Echo);
         // Too short to tell.
         assert_eq!(classify("Paris.", &speaking), Heard::Question);
         // The same words when Jarvis is not speaking are the user's.

@@ -37,8 +37,39 @@ static LOG_HOOKS: Once = Once::new();
 /// (a context cut close to the clip makes the decoder repeat itself), at most the model's 30 s.
 pub fn audio_ctx_for(samples: usize) -> i32 {
     let secs = samples as f64 / f64::from(SAMPLE_RATE);
-    let ctx = (secs * 50.0 * 1.5).ceil() as i32 + 128;
-    ctx.clamp(256, 1500)
+    let ctx = (secs * 50.0 * 2.0).ceil() as i32 + 64;
+    ctx.clamp(320, 1500)
+}
+
+/// Drops a sentence the decoder said again straight after itself ("Thanks, that's all. Thanks,
+/// that's all."), which a shortened audio context sometimes makes it do.
+pub fn collapse_repeats(text: &str) -> String {
+    let mut sentences: Vec<&str> = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?') {
+            let end = i + c.len_utf8();
+            let next_is_space = text[end..].chars().next().is_none_or(char::is_whitespace);
+            if next_is_space {
+                sentences.push(text[start..end].trim());
+                start = end;
+            }
+        }
+    }
+    if start < text.len() && !text[start..].trim().is_empty() {
+        sentences.push(text[start..].trim());
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    for sentence in sentences {
+        let same = kept.last().is_some_and(|last| {
+            let norm = |s: &str| s.trim_end_matches(['.', '!', '?']).to_lowercase();
+            norm(last) == norm(sentence)
+        });
+        if !same {
+            kept.push(sentence);
+        }
+    }
+    kept.join(" ")
 }
 
 impl Whisper {
@@ -119,6 +150,18 @@ impl Transcriber for Whisper {
             text.push_str(&piece);
             no_speech = no_speech.max(segment.no_speech_probability());
         }
-        Ok(Transcript { text: text.trim().to_string(), no_speech })
+        Ok(Transcript { text: collapse_repeats(text.trim()), no_speech })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sentence_said_twice_in_a_row_is_kept_once() {
+        use super::collapse_repeats;
+        assert_eq!(collapse_repeats("Thanks, that's all. Thanks, that's all."), "Thanks, that's all.");
+        assert_eq!(collapse_repeats("Stop! Stop."), "Stop!");
+        assert_eq!(collapse_repeats("Yes. No. Yes."), "Yes. No. Yes.");
+        assert_eq!(collapse_repeats("Version 2.5 is out."), "Version 2.5 is out.");
     }
 }

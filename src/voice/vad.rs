@@ -10,7 +10,7 @@ use webrtc_vad::{SampleRate, Vad, VadMode};
 use super::{FRAME, FRAME_MS};
 
 /// How utterances are cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SegmenterSettings {
     /// Frames kept from before the onset.
     pub pre_roll_frames: usize,
@@ -25,6 +25,10 @@ pub struct SegmenterSettings {
     pub min_voiced_frames: usize,
     /// An utterance is cut after this many frames.
     pub max_frames: usize,
+    /// A frame quieter than this (RMS, in i16 units) is never voiced. WebRTC's detector keeps
+    /// saying "speech" for a few frames after a sound ends (its own hangover); counting those
+    /// would turn a cough into "speech".
+    pub floor_rms: f32,
 }
 
 impl Default for SegmenterSettings {
@@ -36,6 +40,7 @@ impl Default for SegmenterSettings {
             hangover_frames: Some(15), // 300 ms
             min_voiced_frames: 12,     // 240 ms of voice
             max_frames: 30 * 50,       // 30 s
+            floor_rms: 180.0,          // about -45 dBFS
         }
     }
 }
@@ -136,7 +141,8 @@ impl Segmenter {
             f.resize(FRAME, 0);
             f
         };
-        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false);
+        let rms = (frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / FRAME as f64).sqrt();
+        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false) && rms as f32 >= self.settings.floor_rms;
         let index = self.frame_index;
         self.frame_index += 1;
         let s = self.settings;

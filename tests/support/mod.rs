@@ -235,3 +235,14 @@ pub fn local_service(dir: &Dir, settings: Settings) -> Service {
         ServiceOptions::from_settings(&config.settings),
     )
 }
+
+/// The model folder `scripts/models` installs into (`JARVIS_TEST_MODELS` overrides it).
+pub fn model_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("JARVIS_TEST_MODELS") {
+        return PathBuf::from(dir);
+    }
+    let data = std::env::var("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share"));
+    data.join("jarvis/models")
+}
