@@ -23,6 +23,7 @@ const COMMANDS: &[&str] = &[
     "orb_end",
     "orb_set_mode",
     "orb_acknowledge",
+    "orb_listen",
     "orb_hide",
 ];
 

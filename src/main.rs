@@ -323,7 +323,11 @@ async fn run(command: Command) -> Result<ExitCode> {
             let clip = voice::Synthesizer::synthesize(&espeak, &text.join(" "))?;
             std::fs::write(&out, clip.to_wav_bytes())
                 .with_context(|| format!("cannot write {}", out.display()))?;
-            eprintln!("wrote {} ({:.2} s)", out.display(), clip.duration().as_secs_f64());
+            eprintln!(
+                "wrote {} ({:.2} s)",
+                out.display(),
+                clip.duration().as_secs_f64()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Rename { chat, title } => {

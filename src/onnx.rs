@@ -41,7 +41,12 @@ pub fn init(library: &Path) -> Result<(), String> {
         ));
     }
     let environment = ort::init_from(library)
-        .map_err(|e| format!("ONNX Runtime at {} cannot be loaded: {e}", library.display()))?
+        .map_err(|e| {
+            format!(
+                "ONNX Runtime at {} cannot be loaded: {e}",
+                library.display()
+            )
+        })?
         .with_name("jarvis")
         .build()
         .map_err(|e| format!("ONNX Runtime could not start: {e}"))?;

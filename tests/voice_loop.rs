@@ -64,7 +64,10 @@ fn cough() -> Clip {
             noise * 0.6 * (1.0 - i as f32 / n as f32).powi(2)
         })
         .collect();
-    Clip { samples, rate: SAMPLE_RATE }
+    Clip {
+        samples,
+        rate: SAMPLE_RATE,
+    }
 }
 
 /// Three knocks on a door: short thumps 180 ms apart.
@@ -77,7 +80,10 @@ fn knock() -> Clip {
         }
         samples.extend(std::iter::repeat_n(0.0, 2400));
     }
-    Clip { samples, rate: SAMPLE_RATE }
+    Clip {
+        samples,
+        rate: SAMPLE_RATE,
+    }
 }
 
 /// A running loop with its microphone feed, recorder and a window on the conversation.
@@ -99,7 +105,8 @@ async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)
     let mut settings = settings(BackendKind::Anthropic, &stub);
     settings.voice.mode = mode;
     let config = dir.config(settings);
-    let backend = jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
+    let backend =
+        jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
     let mut service_options = jarvis::ServiceOptions::from_settings(&config.settings);
     options(&mut service_options);
     let service = Service::start(dir.store(), backend, service_options);
@@ -116,7 +123,17 @@ async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)
     let heard = voice.heard();
     let orb = Some(service.voice_attach().await.unwrap());
     service.set_listening(true).await.unwrap();
-    Rig { service, feed, recorder, heard, orb, noise: Vec::new(), _voice: voice, _dir: dir, stub }
+    Rig {
+        service,
+        feed,
+        recorder,
+        heard,
+        orb,
+        noise: Vec::new(),
+        _voice: voice,
+        _dir: dir,
+        stub,
+    }
 }
 
 impl Rig {
@@ -135,7 +152,9 @@ impl Rig {
                 status.changed().await.expect("the service stopped");
             }
         };
-        tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("timed out waiting for {what}: {:?}", self.status()))
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}: {:?}", self.status()))
     }
 
     /// The next verdict the loop reaches.
@@ -185,20 +204,32 @@ fn long_answer() -> &'static str {
 }
 
 fn streamed(text: &str) -> Script {
-    Script::text(text).deltas_of(6).paced(Duration::from_millis(25))
+    Script::text(text)
+        .deltas_of(6)
+        .paced(Duration::from_millis(25))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_sentence() {
     let _one = SERIAL.lock().await;
-    let answer = "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
+    let answer =
+        "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
     rig.stub.push(streamed(answer));
     let heard = rig.say(&speech("What is the capital of France?")).await;
     assert_eq!(heard.heard, Heard::Question, "{heard:?}");
-    assert!(heard.text.to_lowercase().contains("capital"), "transcribed: {:?}", heard.text);
-    let reply = rig.until("the reply", |s| s.replying.is_some()).await.replying.unwrap();
-    rig.until("the reply to end", |s| s.replying.is_none()).await;
+    assert!(
+        heard.text.to_lowercase().contains("capital"),
+        "transcribed: {:?}",
+        heard.text
+    );
+    let reply = rig
+        .until("the reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
     let ended_at = rig.recorder.made().elapsed();
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Done);
@@ -210,41 +241,91 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
     tokio::time::sleep(Duration::from_millis(300)).await;
     let arrivals = rig.recorder.arrivals();
     assert_eq!(arrivals.len(), 3, "one clip per sentence: {arrivals:?}");
-    assert!(arrivals[0].0 < ended_at, "the first sentence plays before the reply ends");
+    assert!(
+        arrivals[0].0 < ended_at,
+        "the first sentence plays before the reply ends"
+    );
     // What it said is what the answer says: the recorder's audio transcribes back to it.
     while rig.recorder.is_playing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let played = rig.recorder.played_samples().resampled(SAMPLE_RATE).unwrap();
-    let back = whisper().transcribe(&played.samples).unwrap().text.to_lowercase();
-    assert!(back.contains("paris") && back.contains("eiffel"), "played back: {back}");
+    let played = rig
+        .recorder
+        .played_samples()
+        .resampled(SAMPLE_RATE)
+        .unwrap();
+    let back = whisper()
+        .transcribe(&played.samples)
+        .unwrap()
+        .text
+        .to_lowercase();
+    assert!(
+        back.contains("paris") && back.contains("eiffel"),
+        "played back: {back}"
+    );
     assert_eq!(stored.heard, None, "heard whole: no cut is recorded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_remove_withdraws_one() {
+async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_remove_withdraws_one()
+{
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    rig.stub.push(Script::text(long_answer()).deltas_of(4).paced(Duration::from_millis(100)));
-    rig.stub.push(Script::text("Madrid is the capital of Spain."));
-    assert_eq!(rig.say(&speech("What is the capital of France?")).await.heard, Heard::Question);
-    let first = rig.until("the first reply", |s| s.replying.is_some()).await.replying.unwrap();
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .paced(Duration::from_millis(100)),
+    );
+    rig.stub
+        .push(Script::text("Madrid is the capital of Spain."));
+    assert_eq!(
+        rig.say(&speech("What is the capital of France?"))
+            .await
+            .heard,
+        Heard::Question
+    );
+    let first = rig
+        .until("the first reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
     let second = rig.say(&speech("And what is the capital of Spain?")).await;
     assert_eq!(second.heard, Heard::Question);
     let third = rig.say(&speech("How many people live in Berlin?")).await;
     assert_eq!(third.heard, Heard::Question);
     let status = rig.until("two waiting", |s| s.queue.len() == 2).await;
-    assert_eq!(status.replying, Some(first), "the running reply was not cancelled");
+    assert_eq!(
+        status.replying,
+        Some(first),
+        "the running reply was not cancelled"
+    );
     assert!(rig.service.voice_remove(status.queue[1].id).await.unwrap());
-    rig.until("both answered", |s| s.replying.is_none() && s.queue.is_empty() && s.replying != Some(first)).await;
-    rig.until("the second to end", |s| s.replying.is_none()).await;
+    rig.until("both answered", |s| {
+        s.replying.is_none() && s.queue.is_empty() && s.replying != Some(first)
+    })
+    .await;
+    rig.until("the second to end", |s| s.replying.is_none())
+        .await;
     let replies = rig.replies().await;
     let states: Vec<ReplyState> = replies.iter().map(|r| r.state).collect();
-    assert_eq!(states, vec![ReplyState::Done, ReplyState::Done], "two answers, nothing stopped");
+    assert_eq!(
+        states,
+        vec![ReplyState::Done, ReplyState::Done],
+        "two answers, nothing stopped"
+    );
     assert_eq!(replies[0].text, long_answer());
-    let questions: Vec<String> =
-        rig.records().await.into_iter().filter(|r| r.role == Role::User).map(|r| r.text.to_lowercase()).collect();
-    assert_eq!(questions.len(), 2, "the withdrawn question was never asked: {questions:?}");
+    let questions: Vec<String> = rig
+        .records()
+        .await
+        .into_iter()
+        .filter(|r| r.role == Role::User)
+        .map(|r| r.text.to_lowercase())
+        .collect();
+    assert_eq!(
+        questions.len(),
+        2,
+        "the withdrawn question was never asked: {questions:?}"
+    );
     assert!(questions[1].contains("spain"), "{questions:?}");
 }
 
@@ -252,10 +333,18 @@ async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_rem
 async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_over_it_is_queued() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    rig.stub.push(Script::text(long_answer()).deltas_of(4).paced(Duration::from_millis(250)));
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .paced(Duration::from_millis(250)),
+    );
     rig.stub.push(Script::text("It is half past three."));
     rig.say(&speech("Tell me about Paris.")).await;
-    let reply = rig.until("the reply", |s| s.replying.is_some()).await.replying.unwrap();
+    let reply = rig
+        .until("the reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
     // Wait until Jarvis is speaking, then cough, knock, um, stay silent, and play its own first
     // sentence back into the microphone.
     while rig.recorder.arrivals().is_empty() {
@@ -266,13 +355,20 @@ async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_ove
     rig.say_quietly(&silence(1500)).await;
     let um = rig.say(&speech("Um.")).await;
     assert!(um.heard.ignored(), "um: {um:?}");
-    let echo = rig.say(&speech("It lies on the river Seine in the north of the country.")).await;
+    let echo = rig
+        .say(&speech(
+            "It lies on the river Seine in the north of the country.",
+        ))
+        .await;
     assert_eq!(echo.heard, Heard::Echo, "its own voice: {echo:?}");
     let question = rig.say(&speech("What time is it?")).await;
     assert_eq!(question.heard, Heard::Question, "{question:?}");
     let status = rig.until("one waiting", |s| s.queue.len() == 1).await;
     assert_eq!(status.replying, Some(reply), "nothing cancelled the reply");
-    rig.until("both answered", |s| s.replying.is_none() && s.queue.is_empty()).await;
+    rig.until("both answered", |s| {
+        s.replying.is_none() && s.queue.is_empty()
+    })
+    .await;
     let replies = rig.replies().await;
     assert_eq!(replies.len(), 2, "only the real question was asked");
     assert!(replies.iter().all(|r| r.state == ReplyState::Done));
@@ -280,17 +376,37 @@ async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_ove
     while let Ok(report) = rig.heard.try_recv() {
         rig.noise.push(report);
     }
-    assert!(rig.noise.iter().all(|r| r.heard == Heard::Noise && r.text.is_empty()), "{:?}", rig.noise);
+    assert!(
+        rig.noise
+            .iter()
+            .all(|r| r.heard == Heard::Noise && r.text.is_empty()),
+        "{:?}",
+        rig.noise
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_said_alone_cancels_the_reply_and_the_waiting_questions_and_keeps_what_was_heard() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    rig.stub.push(Script::text(long_answer()).deltas_of(4).paced(Duration::from_millis(60)));
-    let asked = rig.say(&speech("Stop the timer and tell me the time.")).await;
-    assert_eq!(asked.heard, Heard::Question, "a sentence with stop in it is a question: {asked:?}");
-    let reply = rig.until("the reply", |s| s.replying.is_some()).await.replying.unwrap();
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .paced(Duration::from_millis(60)),
+    );
+    let asked = rig
+        .say(&speech("Stop the timer and tell me the time."))
+        .await;
+    assert_eq!(
+        asked.heard,
+        Heard::Question,
+        "a sentence with stop in it is a question: {asked:?}"
+    );
+    let reply = rig
+        .until("the reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
     rig.say(&speech("And what about tomorrow?")).await;
     rig.until("one waiting", |s| s.queue.len() == 1).await;
     while rig.recorder.played() < Duration::from_millis(1500) {
@@ -298,7 +414,11 @@ async fn stop_said_alone_cancels_the_reply_and_the_waiting_questions_and_keeps_w
     }
     let stop = rig.say(&speech("Stop.")).await;
     assert_eq!(stop.heard, Heard::Stop);
-    let status = rig.until("everything stopped", |s| s.replying.is_none() && s.queue.is_empty()).await;
+    let status = rig
+        .until("everything stopped", |s| {
+            s.replying.is_none() && s.queue.is_empty()
+        })
+        .await;
     assert!(status.chat.is_some(), "the conversation goes on");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!rig.recorder.is_playing(), "its voice was cut");
@@ -306,9 +426,19 @@ async fn stop_said_alone_cancels_the_reply_and_the_waiting_questions_and_keeps_w
     assert_eq!(stored.state, ReplyState::Stopped);
     assert!(!stored.text.is_empty(), "what was written is kept");
     let heard = stored.heard.expect("the cut is recorded");
-    assert!(heard.starts_with("The capital of France"), "heard prefix: {heard:?}");
-    assert!(long_answer().starts_with(&heard) && heard.len() < long_answer().len(), "heard prefix: {heard:?}");
-    assert_eq!(rig.replies().await.len(), 1, "the waiting question was dropped");
+    assert!(
+        heard.starts_with("The capital of France"),
+        "heard prefix: {heard:?}"
+    );
+    assert!(
+        long_answer().starts_with(&heard) && heard.len() < long_answer().len(),
+        "heard prefix: {heard:?}"
+    );
+    assert_eq!(
+        rig.replies().await.len(),
+        1,
+        "the waiting question was dropped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,27 +455,51 @@ async fn its_voice_is_lowered_to_a_fifth_while_the_user_speaks_over_it_and_comes
     let over = rig.say(&speech("What is the capital of Germany?")).await;
     assert_eq!(over.heard, Heard::Question);
     let volumes = rig.recorder.volumes();
-    let during: Vec<f32> = volumes.iter().filter(|v| v.at >= started).map(|v| v.volume).collect();
-    assert_eq!(during, vec![0.2, 1.0], "ducked to a fifth, then back: {volumes:?}");
+    let during: Vec<f32> = volumes
+        .iter()
+        .filter(|v| v.at >= started)
+        .map(|v| v.volume)
+        .collect();
+    assert_eq!(
+        during,
+        vec![0.2, 1.0],
+        "ducked to a fifth, then back: {volumes:?}"
+    );
     assert!(rig.recorder.is_playing(), "never cut");
     let ducked = volumes.iter().find(|v| v.volume == 0.2).unwrap();
     let back = volumes.iter().find(|v| v.volume == 1.0).unwrap();
     // The samples played in between are at a fifth of their level.
     let played = rig.recorder.played_samples();
     let rate = f64::from(played.rate);
-    let span = &played.samples[(ducked.played.as_secs_f64() * rate) as usize..(back.played.as_secs_f64() * rate) as usize];
+    let span = &played.samples[(ducked.played.as_secs_f64() * rate) as usize
+        ..(back.played.as_secs_f64() * rate) as usize];
     let peak = span.iter().fold(0.0_f32, |m, s| m.max(s.abs()));
-    assert!(peak > 0.0 && peak <= 0.2 + 1e-3, "peak while ducked: {peak}");
+    assert!(
+        peak > 0.0 && peak <= 0.2 + 1e-3,
+        "peak while ducked: {peak}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answered_away_then_forgotten() {
+async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answered_away_then_forgotten(
+) {
     let _one = SERIAL.lock().await;
     // The keep time is the manual clock here: 2 s instead of 30 minutes.
-    let mut rig = rig(ListenMode::HandsFree, |o| o.voice_keep = Duration::from_secs(2)).await;
-    rig.stub.push(Script::text(long_answer()).deltas_of(4).paced(Duration::from_millis(40)));
+    let mut rig = rig(ListenMode::HandsFree, |o| {
+        o.voice_keep = Duration::from_secs(2)
+    })
+    .await;
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .paced(Duration::from_millis(40)),
+    );
     rig.say(&speech("Tell me about Paris.")).await;
-    let reply = rig.until("the reply", |s| s.replying.is_some()).await.replying.unwrap();
+    let reply = rig
+        .until("the reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
     while rig.recorder.played() < Duration::from_millis(800) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -353,13 +507,21 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!rig.recorder.is_playing(), "no window, no sound");
     let clips_then = rig.recorder.arrivals().len();
-    rig.until("the reply to end", |s| s.replying.is_none()).await;
-    assert_eq!(rig.recorder.arrivals().len(), clips_then, "nothing more was synthesised");
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    assert_eq!(
+        rig.recorder.arrivals().len(),
+        clips_then,
+        "nothing more was synthesised"
+    );
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Done);
     assert_eq!(stored.text, long_answer(), "the whole reply is kept");
     let heard = stored.heard.expect("where the voice was cut is kept");
-    assert!(long_answer().starts_with(&heard) && heard.len() < long_answer().len(), "{heard:?}");
+    assert!(
+        long_answer().starts_with(&heard) && heard.len() < long_answer().len(),
+        "{heard:?}"
+    );
     // A window that comes back sees it answered while away…
     let mut orb = rig.service.voice_attach().await.unwrap();
     match orb.next().await.unwrap() {
@@ -374,25 +536,46 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodbye_ends_it_after_the_reply() {
+async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodbye_ends_it_after_the_reply(
+) {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::Wake, |_| {}).await;
-    rig.stub.push(streamed("Paris is the capital of France. It lies on the Seine."));
+    rig.stub.push(streamed(
+        "Paris is the capital of France. It lies on the Seine.",
+    ));
     // Not awake: speech is not for Jarvis.
-    rig.say_quietly(&speech("What is the capital of France?")).await;
+    rig.say_quietly(&speech("What is the capital of France?"))
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(rig.heard.try_recv().is_err(), "nothing is heard before the wake word");
+    assert!(
+        rig.heard.try_recv().is_err(),
+        "nothing is heard before the wake word"
+    );
     assert_eq!(rig.status().chat, None);
     rig.feed.say(&speech("Hey Jarvis.").then(&silence(700)));
     assert_eq!(rig.next_heard().await.heard, Heard::Wake);
     rig.until("awake", |s| s.awake).await;
-    assert_eq!(rig.say(&speech("What is the capital of France?")).await.heard, Heard::Question);
-    let reply = rig.until("the reply", |s| s.replying.is_some()).await.replying.unwrap();
+    assert_eq!(
+        rig.say(&speech("What is the capital of France?"))
+            .await
+            .heard,
+        Heard::Question
+    );
+    let reply = rig
+        .until("the reply", |s| s.replying.is_some())
+        .await
+        .replying
+        .unwrap();
     let bye = rig.say(&speech("Thanks, that's all.")).await;
     assert_eq!(bye.heard, Heard::Goodbye, "{bye:?}");
-    rig.until("the conversation to end", |s| s.chat.is_none() && !s.awake).await;
+    rig.until("the conversation to end", |s| s.chat.is_none() && !s.awake)
+        .await;
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
-    assert_eq!(stored.state, ReplyState::Done, "the goodbye waited for the reply");
+    assert_eq!(
+        stored.state,
+        ReplyState::Done,
+        "the goodbye waited for the reply"
+    );
     assert_eq!(rig.stub.received().len(), 1, "the goodbye was not asked");
 }
 
@@ -422,19 +605,36 @@ async fn no_file_is_created_during_a_whole_voice_session() {
     let data = rig._dir.path().to_path_buf();
     let temp = std::env::temp_dir();
     let before_data = files_under(&data);
-    let before_temp: Vec<_> = files_under(&temp).into_iter().filter(|p| !p.starts_with(&data)).collect();
+    let before_temp: Vec<_> = files_under(&temp)
+        .into_iter()
+        .filter(|p| !p.starts_with(&data))
+        .collect();
     rig.stub.push(streamed("Paris. It lies on the Seine."));
     rig.say(&speech("What is the capital of France?")).await;
     rig.until("the reply", |s| s.replying.is_some()).await;
-    rig.until("the reply to end", |s| s.replying.is_none()).await;
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
     while rig.recorder.is_playing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     rig.service.end_conversation().await.unwrap();
-    assert_eq!(files_under(&data), before_data, "no file appeared in the data directory");
-    let after_temp: Vec<_> = files_under(&temp).into_iter().filter(|p| !p.starts_with(&data)).collect();
-    let new: Vec<_> = after_temp.iter().filter(|p| !before_temp.contains(p)).collect();
-    assert!(new.is_empty(), "files appeared in the temp directory: {new:?}");
+    assert_eq!(
+        files_under(&data),
+        before_data,
+        "no file appeared in the data directory"
+    );
+    let after_temp: Vec<_> = files_under(&temp)
+        .into_iter()
+        .filter(|p| !p.starts_with(&data))
+        .collect();
+    let new: Vec<_> = after_temp
+        .iter()
+        .filter(|p| !before_temp.contains(p))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "files appeared in the temp directory: {new:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,24 +654,57 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
     std::fs::write(&wav, session.to_wav_bytes()).unwrap();
     let mut cmd = jarvis(&dir);
     cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-    cmd.args(["listen", "--wav", wav.to_str().unwrap(), "--mode", "hands_free"]);
+    cmd.args([
+        "listen",
+        "--wav",
+        wav.to_str().unwrap(),
+        "--mode",
+        "hands_free",
+    ]);
     let (code, out, err) = output(&mut cmd).await;
     assert_eq!(code, 0, "{err}");
-    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let verdicts: Vec<&str> = lines.iter().map(|l| l["heard"].as_str().unwrap()).collect();
     assert_eq!(verdicts.first(), Some(&"question"), "{out}");
-    assert!(verdicts.contains(&"filler") && verdicts.last() == Some(&"stop"), "{out}");
-    assert!(!verdicts[1..].contains(&"question"), "only the first is a question: {out}");
+    assert!(
+        verdicts.contains(&"filler") && verdicts.last() == Some(&"stop"),
+        "{out}"
+    );
+    assert!(
+        !verdicts[1..].contains(&"question"),
+        "only the first is a question: {out}"
+    );
     let first = &lines[0];
-    assert!(first["start_ms"].as_u64().unwrap() <= 500 && first["end_ms"].as_u64().unwrap() > 1500, "{first}");
+    assert!(
+        first["start_ms"].as_u64().unwrap() <= 500 && first["end_ms"].as_u64().unwrap() > 1500,
+        "{first}"
+    );
 
     let spoken = dir.path().join("spoken.wav");
     let mut cmd = jarvis(&dir);
-    cmd.args(["say", "The answer is forty two.", "--out", spoken.to_str().unwrap()]);
+    cmd.args([
+        "say",
+        "The answer is forty two.",
+        "--out",
+        spoken.to_str().unwrap(),
+    ]);
     let (code, _, err) = output(&mut cmd).await;
     assert_eq!(code, 0, "{err}");
-    let clip = Clip::from_wav_file(&spoken).unwrap().resampled(SAMPLE_RATE).unwrap();
-    let back = whisper().transcribe(&clip.samples).unwrap().text.to_lowercase();
-    assert!(back.contains("answer") && (back.contains("42") || back.contains("forty")), "{back}");
+    let clip = Clip::from_wav_file(&spoken)
+        .unwrap()
+        .resampled(SAMPLE_RATE)
+        .unwrap();
+    let back = whisper()
+        .transcribe(&clip.samples)
+        .unwrap()
+        .text
+        .to_lowercase();
+    assert!(
+        back.contains("answer") && (back.contains("42") || back.contains("forty")),
+        "{back}"
+    );
     let _ = Instant::now();
 }

@@ -8,6 +8,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use jarvis::config::{BackendKind, Config};
 use jarvis::llm::{self, Backend, Unusable};
+use jarvis::voice::device::{CpalSource, RodioSink};
+use jarvis::voice::pipeline::{VoiceOptions, VoiceParts};
+use jarvis::voice::{models, AudioSink, Espeak, Recorder, VoiceLoop};
 use jarvis::{Service, ServiceOptions, Store};
 use tauri::async_runtime::JoinHandle;
 use tauri::Manager;
@@ -24,6 +27,9 @@ pub struct AppState {
     /// Each window's forwarding tasks (its attachments), by window label and kind; aborting one
     /// detaches the window and never touches a reply.
     forwarders: Mutex<HashMap<(String, &'static str), JoinHandle<()>>>,
+    /// The voice loop (microphone, speech-to-text, speech, ducking) once it started, or why it
+    /// could not.
+    pub voice: Mutex<Result<Arc<VoiceLoop>, String>>,
 }
 
 impl AppState {
@@ -85,7 +91,71 @@ pub fn chat_window_ready(app: &tauri::AppHandle) {
         let _ = app.run_on_main_thread(move || crate::windows::create_orb(&handle));
         let handle = app.clone();
         tauri::async_runtime::spawn_blocking(move || register_shortcut(&handle));
+        let handle = app.clone();
+        tauri::async_runtime::spawn(async move { start_voice(&handle).await });
     });
+}
+
+/// Starts the voice loop: the speech model, espeak-ng, the speaker and the microphone (opened
+/// only while a mode listens). A missing model or device is kept as the reason it cannot listen.
+async fn start_voice(app: &tauri::AppHandle) {
+    let state = app.state::<AppState>();
+    let settings = state.settings();
+    let models_dir = state
+        .config
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .model_dir();
+    let voice = settings.voice.clone();
+    let loaded = tauri::async_runtime::spawn_blocking(move || {
+        let whisper = models::load_whisper(&models_dir, voice.speech_model, voice.threads)?;
+        let wake = match models::wake_factory(&models_dir) {
+            Ok(factory) => Some(factory),
+            Err(err) => {
+                tracing::warn!(%err, "the wake word is not available");
+                None
+            }
+        };
+        let sink: Arc<dyn AudioSink> = match RodioSink::open() {
+            Ok(sink) => Arc::new(sink),
+            Err(err) => {
+                // No speaker: answers are shown, not heard.
+                tracing::warn!(%err, "no speaker; replies are not spoken");
+                Arc::new(Recorder::new(22_050))
+            }
+        };
+        let source = CpalSource {
+            device: (!voice.input_device.is_empty()).then(|| voice.input_device.clone()),
+        };
+        Ok::<_, jarvis::voice::VoiceError>(VoiceParts {
+            source: Arc::new(source),
+            sink,
+            transcriber: Arc::new(whisper),
+            synthesizer: Arc::new(Espeak::new(&voice.tts_voice, voice.tts_speed)),
+            wake,
+        })
+    })
+    .await;
+    let result = match loaded {
+        Ok(Ok(parts)) => {
+            let options = VoiceOptions {
+                wake_threshold: settings.voice.wake_threshold,
+                ..VoiceOptions::default()
+            };
+            crate::milestone_at("voice loop started");
+            Ok(Arc::new(VoiceLoop::start(
+                state.service.clone(),
+                parts,
+                options,
+            )))
+        }
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(err) => Err(format!("the voice loop could not start: {err}")),
+    };
+    if let Err(problem) = &result {
+        tracing::warn!("voice: {problem}");
+    }
+    *state.voice.lock().unwrap_or_else(|p| p.into_inner()) = result;
 }
 
 /// Registers the push-to-talk shortcut the settings name; a failure is shown as a problem.
@@ -131,6 +201,7 @@ pub fn run() -> anyhow::Result<()> {
         config: Mutex::new(config),
         problem: Mutex::new(problem),
         forwarders: Mutex::new(HashMap::new()),
+        voice: Mutex::new(Err("the voice loop is starting".into())),
     };
 
     crate::milestone_at("service started");

@@ -53,6 +53,7 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         orb_end,
         orb_set_mode,
         orb_acknowledge,
+        orb_listen,
         orb_hide,
     ]
 }
@@ -271,9 +272,33 @@ async fn orb_set_mode(state: State<'_, AppState>, mode: ListenMode) -> Res<()> {
     Ok(state.service.set_listen_mode(mode).await?)
 }
 
+/// Play answer: reads the answer given while away aloud (when the voice loop runs) and clears
+/// the mark.
 #[tauri::command]
 async fn orb_acknowledge(state: State<'_, AppState>) -> Res<()> {
+    let away = state.service.voice_status().borrow().answered_away;
+    let voice = state.voice.lock().map(|v| v.clone().ok()).unwrap_or(None);
+    if let (Some(reply), Some(voice)) = (away, voice) {
+        voice.replay(reply).await;
+    }
     Ok(state.service.acknowledge_answer().await?)
+}
+
+/// Switches the microphone on or off in hands-free and wake modes. Refused, with the reason,
+/// when the voice loop cannot listen (a missing speech model, no microphone).
+#[tauri::command]
+async fn orb_listen(state: State<'_, AppState>, on: bool) -> Res<()> {
+    if on {
+        let ready = state
+            .voice
+            .lock()
+            .map(|v| v.clone().map(|_| ()))
+            .unwrap_or(Ok(()));
+        if let Err(problem) = ready {
+            return Err(anyhow::anyhow!("Jarvis cannot listen: {problem}").into());
+        }
+    }
+    Ok(state.service.set_listening(on).await?)
 }
 
 #[tauri::command]

@@ -364,7 +364,11 @@ impl Service {
         let status = self
             .call(|respond| Command::VoiceSubscribe { respond })
             .await?;
-        Ok(VoiceAttachment::new(self.clone(), status, &self.voice.windows))
+        Ok(VoiceAttachment::new(
+            self.clone(),
+            status,
+            &self.voice.windows,
+        ))
     }
 
     /// The voice conversation's status, for the voice loop: reading it is not watching it (a
@@ -600,7 +604,9 @@ impl Actor {
                     s.awake = false;
                 }
             }),
-            Command::Awake { awake } => self.voice.update(|s| s.awake = awake && s.mode == ListenMode::Wake),
+            Command::Awake { awake } => self
+                .voice
+                .update(|s| s.awake = awake && s.mode == ListenMode::Wake),
             Command::Acknowledge => self.voice.update(|s| s.answered_away = None),
             Command::StopAll { respond } => {
                 self.voice.queue.clear();

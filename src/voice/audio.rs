@@ -32,7 +32,10 @@ impl Clip {
     /// The clip at `rate` (a well-kept FFT resampler; a no-op at the same rate).
     pub fn resampled(&self, rate: u32) -> Result<Clip, VoiceError> {
         if rate == self.rate || self.samples.is_empty() {
-            return Ok(Clip { samples: self.samples.clone(), rate });
+            return Ok(Clip {
+                samples: self.samples.clone(),
+                rate,
+            });
         }
         let samples = resample(&self.samples, self.rate, rate)?;
         Ok(Clip { samples, rate })
@@ -40,16 +43,22 @@ impl Clip {
 
     /// Decodes a WAV file's bytes: any channel count (mixed down) and sample format.
     pub fn from_wav_bytes(bytes: &[u8], name: &str) -> Result<Clip, VoiceError> {
-        let wav_error = |reason: String| VoiceError::Wav { path: name.to_string(), reason };
-        let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| wav_error(e.to_string()))?;
+        let wav_error = |reason: String| VoiceError::Wav {
+            path: name.to_string(),
+            reason,
+        };
+        let reader =
+            hound::WavReader::new(Cursor::new(bytes)).map_err(|e| wav_error(e.to_string()))?;
         decode(reader).map_err(wav_error)
     }
 
     /// Reads a WAV file.
     pub fn from_wav_file(path: &Path) -> Result<Clip, VoiceError> {
         let name = path.display().to_string();
-        let reader = hound::WavReader::open(path)
-            .map_err(|e| VoiceError::Wav { path: name.clone(), reason: e.to_string() })?;
+        let reader = hound::WavReader::open(path).map_err(|e| VoiceError::Wav {
+            path: name.clone(),
+            reason: e.to_string(),
+        })?;
         decode(reader).map_err(|reason| VoiceError::Wav { path: name, reason })
     }
 
@@ -80,7 +89,10 @@ impl Clip {
     /// Silence of a given length.
     pub fn silence(duration: Duration, rate: u32) -> Clip {
         let n = (duration.as_secs_f64() * f64::from(rate)).round() as usize;
-        Clip { samples: vec![0.0; n], rate }
+        Clip {
+            samples: vec![0.0; n],
+            rate,
+        }
     }
 
     /// This clip followed by `other` (same rate).
@@ -127,7 +139,10 @@ fn decode<R: std::io::Read>(reader: hound::WavReader<R>) -> Result<Clip, String>
         .chunks(channels)
         .map(|frame| frame.iter().sum::<f32>() / channels as f32)
         .collect();
-    Ok(Clip { samples, rate: spec.sample_rate })
+    Ok(Clip {
+        samples,
+        rate: spec.sample_rate,
+    })
 }
 
 /// Resamples mono audio with rubato's FFT resampler.
@@ -214,7 +229,10 @@ impl WavSource {
 
     /// A clip as the input (resampled if needed by the caller).
     pub fn new(clip: &Clip, speed: f64) -> WavSource {
-        WavSource { samples: Arc::new(clip.to_i16()), speed }
+        WavSource {
+            samples: Arc::new(clip.to_i16()),
+            speed,
+        }
     }
 }
 
@@ -293,7 +311,14 @@ impl FeedSource {
     /// A feed with the given noise level and speed (× real time).
     pub fn with(noise: f32, speed: f64) -> (FeedSource, Feed) {
         let feed = Feed::default();
-        (FeedSource { feed: feed.clone(), noise, speed: speed.max(0.01) }, feed)
+        (
+            FeedSource {
+                feed: feed.clone(),
+                noise,
+                speed: speed.max(0.01),
+            },
+            feed,
+        )
     }
 }
 
@@ -331,7 +356,8 @@ impl AudioSource for FeedSource {
                         frame.push((s + n).clamp(-32768.0, 32767.0) as i16);
                     }
                 }
-                feed.heard_frames.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                feed.heard_frames
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if tx.send(frame).await.is_err() {
                     return;
                 }
@@ -390,16 +416,21 @@ struct RecorderState {
 impl RecorderState {
     /// Moves what has played by `now` from the queue to the record, at the current volume.
     fn advance(&mut self, now: Instant) {
-        let Some(since) = self.playing_since else { return };
-        let due = (now.saturating_duration_since(since).as_secs_f64() * f64::from(self.rate)) as usize;
+        let Some(since) = self.playing_since else {
+            return;
+        };
+        let due =
+            (now.saturating_duration_since(since).as_secs_f64() * f64::from(self.rate)) as usize;
         let n = due.min(self.queue.len());
         let volume = self.volume;
-        self.played.extend(self.queue.drain(..n).map(|s| s * volume));
+        self.played
+            .extend(self.queue.drain(..n).map(|s| s * volume));
         self.played_total += n as u64;
         if self.queue.is_empty() {
             self.playing_since = None;
         } else {
-            self.playing_since = Some(since + Duration::from_secs_f64(n as f64 / f64::from(self.rate)));
+            self.playing_since =
+                Some(since + Duration::from_secs_f64(n as f64 / f64::from(self.rate)));
         }
     }
 }
@@ -431,7 +462,10 @@ impl Recorder {
     /// What has played so far, volume applied.
     pub fn played_samples(&self) -> Clip {
         let state = self.state();
-        Clip { samples: state.played.clone(), rate: state.rate }
+        Clip {
+            samples: state.played.clone(),
+            rate: state.rate,
+        }
     }
 
     /// Every volume change, in order.

@@ -28,9 +28,9 @@ fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
             .map_err(device_error)?
             .find(|d| d.description().is_ok_and(|desc| desc.name() == wanted))
             .ok_or_else(|| VoiceError::Device(format!("no input device called {wanted:?}"))),
-        None => host
-            .default_input_device()
-            .ok_or_else(|| VoiceError::Device("no microphone: the system has no input device".into())),
+        None => host.default_input_device().ok_or_else(|| {
+            VoiceError::Device("no microphone: the system has no input device".into())
+        }),
     }
 }
 
@@ -38,7 +38,11 @@ fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
 pub fn input_devices() -> Vec<String> {
     cpal::default_host()
         .input_devices()
-        .map(|devices| devices.filter_map(|d| d.description().ok().map(|d| d.name().to_string())).collect())
+        .map(|devices| {
+            devices
+                .filter_map(|d| d.description().ok().map(|d| d.name().to_string()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -67,21 +71,30 @@ impl Framer {
                     .map_err(|e| VoiceError::Resample(e.to_string()))?,
             )
         };
-        Ok(Framer { channels: channels.max(1), resampler, input: Vec::new(), output: VecDeque::new() })
+        Ok(Framer {
+            channels: channels.max(1),
+            resampler,
+            input: Vec::new(),
+            output: VecDeque::new(),
+        })
     }
 
     fn push(&mut self, data: &[f32], mut frame: impl FnMut(Vec<i16>)) {
         for chunk in data.chunks(self.channels) {
-            self.input.push(chunk.iter().sum::<f32>() / self.channels as f32);
+            self.input
+                .push(chunk.iter().sum::<f32>() / self.channels as f32);
         }
         match &mut self.resampler {
-            None => self.output.extend(self.input.drain(..).map(super::audio::to_i16)),
+            None => self
+                .output
+                .extend(self.input.drain(..).map(super::audio::to_i16)),
             Some(resampler) => {
                 let need = resampler.input_frames_next();
                 while self.input.len() >= need {
                     let block: Vec<f32> = self.input.drain(..need).collect();
                     if let Ok(out) = resampler.process(&[block], None) {
-                        self.output.extend(out[0].iter().map(|s| super::audio::to_i16(*s)));
+                        self.output
+                            .extend(out[0].iter().map(|s| super::audio::to_i16(*s)));
                     }
                 }
             }
@@ -174,27 +187,33 @@ impl RodioSink {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("jarvis-speaker".into())
-            .spawn(move || match rodio::DeviceSinkBuilder::open_default_sink() {
-                Ok(mut device) => {
-                    device.log_on_drop(false);
-                    let player = rodio::Player::connect_new(device.mixer());
-                    let _ = ready_tx.send(Ok(player));
-                    while !hold.is_cancelled() {
-                        std::thread::sleep(Duration::from_millis(50));
+            .spawn(
+                move || match rodio::DeviceSinkBuilder::open_default_sink() {
+                    Ok(mut device) => {
+                        device.log_on_drop(false);
+                        let player = rodio::Player::connect_new(device.mixer());
+                        let _ = ready_tx.send(Ok(player));
+                        while !hold.is_cancelled() {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        drop(device);
                     }
-                    drop(device);
-                }
-                Err(err) => {
-                    let _ = ready_tx.send(Err(VoiceError::Device(format!("no speaker: {err}"))));
-                }
-            })
+                    Err(err) => {
+                        let _ =
+                            ready_tx.send(Err(VoiceError::Device(format!("no speaker: {err}"))));
+                    }
+                },
+            )
             .map_err(device_error)?;
         let player = ready_rx
             .recv_timeout(Duration::from_secs(5))
             .map_err(|_| VoiceError::Device("the speaker did not open within 5 s".into()))??;
         Ok(RodioSink {
             player,
-            state: Arc::new(Mutex::new(SinkState { queued: VecDeque::new(), finished: Duration::ZERO })),
+            state: Arc::new(Mutex::new(SinkState {
+                queued: VecDeque::new(),
+                finished: Duration::ZERO,
+            })),
             _keep: keep,
         })
     }
@@ -213,10 +232,15 @@ impl RodioSink {
 
 impl AudioSink for RodioSink {
     fn play(&self, clip: Clip) -> Result<(), VoiceError> {
-        let rate = NonZero::new(clip.rate).ok_or_else(|| VoiceError::Device("a clip without a rate".into()))?;
+        let rate = NonZero::new(clip.rate)
+            .ok_or_else(|| VoiceError::Device("a clip without a rate".into()))?;
         let length = clip.duration();
         let mut state = self.settle();
-        self.player.append(rodio::buffer::SamplesBuffer::new(NonZero::<u16>::MIN, rate, clip.samples));
+        self.player.append(rodio::buffer::SamplesBuffer::new(
+            NonZero::<u16>::MIN,
+            rate,
+            clip.samples,
+        ));
         state.queued.push_back(length);
         Ok(())
     }

@@ -47,30 +47,74 @@ const FILLERS: &[&str] = &[
 ];
 
 const STOPS: &[&str] = &[
-    "stop", "stop it", "stop that", "stop now", "stop talking", "stop please", "please stop",
-    "cancel", "cancel that", "cancel it", "never mind", "nevermind", "be quiet", "quiet",
-    "shut up", "hush", "silence", "enough", "that's enough", "that is enough", "okay stop",
-    "ok stop", "jarvis stop", "stop jarvis", "abort",
+    "stop",
+    "stop it",
+    "stop that",
+    "stop now",
+    "stop talking",
+    "stop please",
+    "please stop",
+    "cancel",
+    "cancel that",
+    "cancel it",
+    "never mind",
+    "nevermind",
+    "be quiet",
+    "quiet",
+    "shut up",
+    "hush",
+    "silence",
+    "enough",
+    "that's enough",
+    "that is enough",
+    "okay stop",
+    "ok stop",
+    "jarvis stop",
+    "stop jarvis",
+    "abort",
 ];
 
 const GOODBYES: &[&str] = &[
-    "bye", "bye bye", "goodbye", "good bye", "bye jarvis", "goodbye jarvis", "thanks bye",
-    "thank you bye", "thanks that's all", "thank you that's all", "thanks that is all",
-    "thank you that is all", "that's all", "that is all", "that's all thanks", "that's it",
-    "that's it thanks", "that will be all", "that'll be all", "see you", "see you later",
-    "good night", "goodnight", "talk to you later", "i'm done", "i'm done thanks",
+    "bye",
+    "bye bye",
+    "goodbye",
+    "good bye",
+    "bye jarvis",
+    "goodbye jarvis",
+    "thanks bye",
+    "thank you bye",
+    "thanks that's all",
+    "thank you that's all",
+    "thanks that is all",
+    "thank you that is all",
+    "that's all",
+    "that is all",
+    "that's all thanks",
+    "that's it",
+    "that's it thanks",
+    "that will be all",
+    "that'll be all",
+    "see you",
+    "see you later",
+    "good night",
+    "goodnight",
+    "talk to you later",
+    "i'm done",
+    "i'm done thanks",
 ];
 
 /// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept).
 pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| c.is_whitespace() || matches!(c, ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…'))
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-                .replace('’', "'")
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
+    text.split(|c: char| {
+        c.is_whitespace() || matches!(c, ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…')
+    })
+    .map(|w| {
+        w.trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+            .replace('’', "'")
+    })
+    .filter(|w| !w.is_empty())
+    .collect()
 }
 
 /// Text with every bracketed sound label removed: `[cough]`, `(music)`, `*sighs*`, `♪`.
@@ -181,37 +225,79 @@ mod tests {
 
     #[test]
     fn stop_said_alone_stops_and_in_a_sentence_is_a_question() {
-        for stop in ["Stop.", "stop!", "Cancel.", "Never mind.", "Be quiet.", "OK, stop.", "Stop, please.", "Jarvis, stop."] {
+        for stop in [
+            "Stop.",
+            "stop!",
+            "Cancel.",
+            "Never mind.",
+            "Be quiet.",
+            "OK, stop.",
+            "Stop, please.",
+            "Jarvis, stop.",
+        ] {
             assert_eq!(plain(stop), Heard::Stop, "{stop}");
         }
-        assert_eq!(plain("Stop the timer and tell me the time."), Heard::Question);
+        assert_eq!(
+            plain("Stop the timer and tell me the time."),
+            Heard::Question
+        );
         assert_eq!(plain("How do I cancel a subscription?"), Heard::Question);
     }
 
     #[test]
     fn goodbye_ends_only_a_wake_conversation() {
-        let wake = HeardContext { wake_conversation: true, ..HeardContext::default() };
+        let wake = HeardContext {
+            wake_conversation: true,
+            ..HeardContext::default()
+        };
         assert_eq!(classify("Thanks, that's all.", &wake), Heard::Goodbye);
         assert_eq!(classify("Bye!", &wake), Heard::Goodbye);
         assert_eq!(classify("Goodbye, Jarvis.", &wake), Heard::Goodbye);
         assert_eq!(plain("Bye!"), Heard::Question);
-        assert_eq!(classify("Say goodbye to my mother in French.", &wake), Heard::Question);
+        assert_eq!(
+            classify("Say goodbye to my mother in French.", &wake),
+            Heard::Question
+        );
     }
 
     #[test]
     fn its_own_voice_while_speaking_is_echo_and_a_new_question_is_not() {
-        let answers = vec!["The capital of France is Paris. It lies on the Seine.".to_string(),
-            "It lies on the river Seine in the north of the country.".to_string()];
-        let speaking = HeardContext { began_while_speaking: true, recent_answers: &answers, wake_conversation: false };
-        assert_eq!(classify("the capital of France is Paris", &speaking), Heard::Echo);
+        let answers = vec![
+            "The capital of France is Paris. It lies on the Seine.".to_string(),
+            "It lies on the river Seine in the north of the country.".to_string(),
+        ];
+        let speaking = HeardContext {
+            began_while_speaking: true,
+            recent_answers: &answers,
+            wake_conversation: false,
+        };
+        assert_eq!(
+            classify("the capital of France is Paris", &speaking),
+            Heard::Echo
+        );
         // One word misheard in five still reads as its own voice.
         assert_eq!(classify("It lies on the scene.", &speaking), Heard::Echo);
-        assert_eq!(classify("What is the capital of Spain?", &speaking), Heard::Question);
-        assert_eq!(classify("It lies on the river saying in the north of the country.", &speaking), Heard::Echo);
+        assert_eq!(
+            classify("What is the capital of Spain?", &speaking),
+            Heard::Question
+        );
+        assert_eq!(
+            classify(
+                "It lies on the river saying in the north of the country.",
+                &speaking
+            ),
+            Heard::Echo
+        );
         // Too short to tell.
         assert_eq!(classify("Paris.", &speaking), Heard::Question);
         // The same words when Jarvis is not speaking are the user's.
-        let quiet = HeardContext { began_while_speaking: false, ..speaking.clone() };
-        assert_eq!(classify("the capital of France is Paris", &quiet), Heard::Question);
+        let quiet = HeardContext {
+            began_while_speaking: false,
+            ..speaking.clone()
+        };
+        assert_eq!(
+            classify("the capital of France is Paris", &quiet),
+            Heard::Question
+        );
     }
 }

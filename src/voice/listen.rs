@@ -84,7 +84,12 @@ impl Shared {
     }
 
     fn recent_answers(&self) -> Vec<String> {
-        self.answers.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+        self.answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Opens or closes a wake conversation.
@@ -189,7 +194,9 @@ impl Listener {
                 self.began_while_speaking = self.shared.speaking();
                 vec![ListenEvent::SpeechStarted]
             }
-            Segment::Noise { start_ms, end_ms, .. } => {
+            Segment::Noise {
+                start_ms, end_ms, ..
+            } => {
                 self.holds_wake_word = false;
                 vec![
                     ListenEvent::SpeechEnded,
@@ -225,7 +232,9 @@ impl Listener {
             // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
             return Ok(None);
         }
-        let transcript = self.transcriber.transcribe(&audio::to_f32(&utterance.samples))?;
+        let transcript = self
+            .transcriber
+            .transcribe(&audio::to_f32(&utterance.samples))?;
         let mut text = transcript.text;
         if holds_wake_word {
             text = after_wake_word(&text);
@@ -251,7 +260,11 @@ fn after_wake_word(text: &str) -> String {
         if let Some(at) = lower.find(name) {
             let rest = &text[at + name.len()..];
             let rest = rest.trim_start_matches(|c: char| !c.is_alphanumeric());
-            return if words(rest).is_empty() { String::new() } else { rest.to_string() };
+            return if words(rest).is_empty() {
+                String::new()
+            } else {
+                rest.to_string()
+            };
         }
     }
     // The phrase was misheard beyond recognition: drop the first two words.
@@ -264,6 +277,9 @@ mod tests {
     #[test]
     fn the_words_after_the_wake_word_are_the_question() {
         assert_eq!(super::after_wake_word("Hey Jarvis."), "");
-        assert_eq!(super::after_wake_word("Hey, Jarvis, what time is it?"), "what time is it?");
+        assert_eq!(
+            super::after_wake_word("Hey, Jarvis, what time is it?"),
+            "what time is it?"
+        );
     }
 }

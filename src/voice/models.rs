@@ -13,7 +13,11 @@ pub fn speech_model_file(models: &Path, choice: crate::config::SpeechModel) -> P
 }
 
 /// Loads the speech model.
-pub fn load_whisper(models: &Path, choice: crate::config::SpeechModel, threads: usize) -> Result<Whisper, VoiceError> {
+pub fn load_whisper(
+    models: &Path,
+    choice: crate::config::SpeechModel,
+    threads: usize,
+) -> Result<Whisper, VoiceError> {
     Whisper::load(&speech_model_file(models, choice), threads)
 }
 
@@ -28,8 +32,13 @@ pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
     let files = WakeModels::in_dir(&models.join("openwakeword"));
     for path in [&files.mel, &files.embedding, &files.wake_word] {
         if !path.is_file() {
-            return Err(VoiceError::ModelMissing { what: "wake word model", path: path.display().to_string() });
+            return Err(VoiceError::ModelMissing {
+                what: "wake word model",
+                path: path.display().to_string(),
+            });
         }
     }
-    Ok(Arc::new(move || OpenWakeWord::load(&files).map(|d| Box::new(d) as Box<dyn WakeDetector>)))
+    Ok(Arc::new(move || {
+        OpenWakeWord::load(&files).map(|d| Box::new(d) as Box<dyn WakeDetector>)
+    }))
 }

@@ -47,7 +47,10 @@ pub struct VoiceOptions {
 
 impl Default for VoiceOptions {
     fn default() -> Self {
-        VoiceOptions { wake_threshold: 0.5, wake_idle: Duration::from_secs(10) }
+        VoiceOptions {
+            wake_threshold: 0.5,
+            wake_idle: Duration::from_secs(10),
+        }
     }
 }
 
@@ -77,7 +80,11 @@ impl VoiceLoop {
         let (problem_tx, problems) = watch::channel(None);
         let (commands, command_rx) = mpsc::channel(8);
         let shared = Shared::default();
-        let speaker = Speaker::new(parts.synthesizer.clone(), parts.sink.clone(), shared.clone());
+        let speaker = Speaker::new(
+            parts.synthesizer.clone(),
+            parts.sink.clone(),
+            shared.clone(),
+        );
         let (events_tx, events) = mpsc::unbounded_channel();
         let state = LoopState {
             status: service.voice_status(),
@@ -99,7 +106,12 @@ impl VoiceLoop {
             in_speech: false,
         };
         let task = tokio::spawn(state.run(events, command_rx));
-        VoiceLoop { heard, problems, commands, task }
+        VoiceLoop {
+            heard,
+            problems,
+            commands,
+            task,
+        }
     }
 
     /// Every utterance the loop judged, as it judges it.
@@ -245,7 +257,10 @@ impl LoopState {
         let wake = match (mode, &self.parts.wake) {
             (ListenMode::Wake, Some(factory)) => Some(factory.clone()),
             (ListenMode::Wake, None) => {
-                return Err(VoiceError::ModelMissing { what: "wake word model", path: "openwakeword/".into() })
+                return Err(VoiceError::ModelMissing {
+                    what: "wake word model",
+                    path: "openwakeword/".into(),
+                })
             }
             _ => None,
         };
@@ -316,7 +331,9 @@ impl LoopState {
                 match report.heard {
                     Heard::Question => match self.service.voice_ask(report.text).await {
                         Ok(_) => {}
-                        Err(AskError::QueueFull) => tracing::info!("a spoken question was dropped: four already wait"),
+                        Err(AskError::QueueFull) => {
+                            tracing::info!("a spoken question was dropped: four already wait")
+                        }
                         Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
                     },
                     Heard::Stop => {

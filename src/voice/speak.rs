@@ -45,8 +45,19 @@ pub struct Speaker {
 
 impl Speaker {
     /// A speaker onto `sink`.
-    pub fn new(synthesizer: Arc<dyn Synthesizer>, sink: Arc<dyn AudioSink>, shared: Shared) -> Speaker {
-        Speaker { synthesizer, sink, shared, answer: None, queued_until: Duration::ZERO, ducked: false }
+    pub fn new(
+        synthesizer: Arc<dyn Synthesizer>,
+        sink: Arc<dyn AudioSink>,
+        shared: Shared,
+    ) -> Speaker {
+        Speaker {
+            synthesizer,
+            sink,
+            shared,
+            answer: None,
+            queued_until: Duration::ZERO,
+            ducked: false,
+        }
     }
 
     /// The reply being spoken, if any.
@@ -64,14 +75,27 @@ impl Speaker {
         if self.answer.as_ref().is_some_and(|a| a.reply == reply) {
             return;
         }
-        self.answer = Some(Answer { reply, sentences: Sentences::new(), spoken: Vec::new(), voiced: false, cut: false });
+        self.answer = Some(Answer {
+            reply,
+            sentences: Sentences::new(),
+            spoken: Vec::new(),
+            voiced: false,
+            cut: false,
+        });
         self.shared.said(true, "");
     }
 
     /// Streamed text of the reply; `audible` says whether a window watches (else no audio is made).
-    pub async fn text(&mut self, reply: ReplyId, text: &str, audible: bool) -> Result<(), VoiceError> {
+    pub async fn text(
+        &mut self,
+        reply: ReplyId,
+        text: &str,
+        audible: bool,
+    ) -> Result<(), VoiceError> {
         self.begin(reply);
-        let Some(answer) = &mut self.answer else { return Ok(()) };
+        let Some(answer) = &mut self.answer else {
+            return Ok(());
+        };
         let sentences = answer.sentences.push(text);
         for sentence in sentences {
             self.sentence(sentence, audible).await?;
@@ -81,7 +105,9 @@ impl Speaker {
 
     /// The reply ended: the rest of its text is spoken.
     pub async fn end(&mut self, reply: ReplyId, audible: bool) -> Result<(), VoiceError> {
-        let Some(answer) = &mut self.answer else { return Ok(()) };
+        let Some(answer) = &mut self.answer else {
+            return Ok(());
+        };
         if answer.reply != reply {
             return Ok(());
         }
@@ -92,7 +118,9 @@ impl Speaker {
     }
 
     async fn sentence(&mut self, sentence: String, audible: bool) -> Result<(), VoiceError> {
-        let Some(answer) = &mut self.answer else { return Ok(()) };
+        let Some(answer) = &mut self.answer else {
+            return Ok(());
+        };
         if answer.cut || !audible {
             // Nobody listens: the text is recorded by the service, no audio is made.
             return Ok(());
@@ -106,12 +134,20 @@ impl Speaker {
             .map_err(|e| VoiceError::Synthesize(e.to_string()))??;
         let length = clip.duration();
         let now = self.sink.played();
-        let start = if self.sink.is_playing() { self.queued_until.max(now) } else { now };
+        let start = if self.sink.is_playing() {
+            self.queued_until.max(now)
+        } else {
+            now
+        };
         self.sink.play(clip)?;
         self.shared.set_speaking(true);
         self.queued_until = start + length;
         if let Some(answer) = &mut self.answer {
-            answer.spoken.push(Spoken { text: sentence, start, end: start + length });
+            answer.spoken.push(Spoken {
+                text: sentence,
+                start,
+                end: start + length,
+            });
         }
         Ok(())
     }
@@ -187,7 +223,8 @@ fn heard_prefix(spoken: &[Spoken], played: Duration) -> String {
         if played >= s.end {
             heard.push(s.text.clone());
         } else if played > s.start {
-            let fraction = (played - s.start).as_secs_f64() / (s.end - s.start).as_secs_f64().max(1e-6);
+            let fraction =
+                (played - s.start).as_secs_f64() / (s.end - s.start).as_secs_f64().max(1e-6);
             let budget = (s.text.chars().count() as f64 * fraction) as usize;
             let mut used = 0;
             let mut words = Vec::new();
@@ -214,15 +251,31 @@ mod tests {
     use super::*;
 
     fn spoken(text: &str, start_ms: u64, end_ms: u64) -> Spoken {
-        Spoken { text: text.into(), start: Duration::from_millis(start_ms), end: Duration::from_millis(end_ms) }
+        Spoken {
+            text: text.into(),
+            start: Duration::from_millis(start_ms),
+            end: Duration::from_millis(end_ms),
+        }
     }
 
     #[test]
     fn the_heard_prefix_is_whole_sentences_then_the_words_played() {
-        let s = [spoken("One two three four.", 0, 1000), spoken("Five six seven eight.", 1000, 2000)];
+        let s = [
+            spoken("One two three four.", 0, 1000),
+            spoken("Five six seven eight.", 1000, 2000),
+        ];
         assert_eq!(heard_prefix(&s, Duration::ZERO), "");
-        assert_eq!(heard_prefix(&s, Duration::from_millis(1000)), "One two three four.");
-        assert_eq!(heard_prefix(&s, Duration::from_millis(1500)), "One two three four. Five six");
-        assert_eq!(heard_prefix(&s, Duration::from_millis(2500)), "One two three four. Five six seven eight.");
+        assert_eq!(
+            heard_prefix(&s, Duration::from_millis(1000)),
+            "One two three four."
+        );
+        assert_eq!(
+            heard_prefix(&s, Duration::from_millis(1500)),
+            "One two three four. Five six"
+        );
+        assert_eq!(
+            heard_prefix(&s, Duration::from_millis(2500)),
+            "One two three four. Five six seven eight."
+        );
     }
 }

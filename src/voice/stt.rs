@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::sync::{Mutex, Once};
 
-use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState};
+use whisper_rs::{
+    FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
+};
 
 use super::{VoiceError, SAMPLE_RATE};
 
@@ -87,9 +89,12 @@ impl Whisper {
             path: path.display().to_string(),
             reason,
         };
-        let path_str = path.to_str().ok_or_else(|| broken("the path is not UTF-8".into()))?;
-        let context = WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
-            .map_err(|e| broken(e.to_string()))?;
+        let path_str = path
+            .to_str()
+            .ok_or_else(|| broken("the path is not UTF-8".into()))?;
+        let context =
+            WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
+                .map_err(|e| broken(e.to_string()))?;
         let state = context.create_state().map_err(|e| broken(e.to_string()))?;
         let english_only = !context.is_multilingual();
         Ok(Whisper {
@@ -150,7 +155,10 @@ impl Transcriber for Whisper {
             text.push_str(&piece);
             no_speech = no_speech.max(segment.no_speech_probability());
         }
-        Ok(Transcript { text: collapse_repeats(text.trim()), no_speech })
+        Ok(Transcript {
+            text: collapse_repeats(text.trim()),
+            no_speech,
+        })
     }
 }
 
@@ -159,9 +167,15 @@ mod tests {
     #[test]
     fn a_sentence_said_twice_in_a_row_is_kept_once() {
         use super::collapse_repeats;
-        assert_eq!(collapse_repeats("Thanks, that's all. Thanks, that's all."), "Thanks, that's all.");
+        assert_eq!(
+            collapse_repeats("Thanks, that's all. Thanks, that's all."),
+            "Thanks, that's all."
+        );
         assert_eq!(collapse_repeats("Stop! Stop."), "Stop!");
         assert_eq!(collapse_repeats("Yes. No. Yes."), "Yes. No. Yes.");
-        assert_eq!(collapse_repeats("Version 2.5 is out."), "Version 2.5 is out.");
+        assert_eq!(
+            collapse_repeats("Version 2.5 is out."),
+            "Version 2.5 is out."
+        );
     }
 }

@@ -22,14 +22,22 @@ pub struct Espeak {
 
 impl Default for Espeak {
     fn default() -> Self {
-        Espeak { program: "espeak-ng".into(), voice: "en-us".into(), words_per_minute: 175 }
+        Espeak {
+            program: "espeak-ng".into(),
+            voice: "en-us".into(),
+            words_per_minute: 175,
+        }
     }
 }
 
 impl Espeak {
     /// espeak-ng with a voice (e.g. `en-us`) and speed.
     pub fn new(voice: &str, words_per_minute: u32) -> Espeak {
-        Espeak { voice: voice.into(), words_per_minute, ..Espeak::default() }
+        Espeak {
+            voice: voice.into(),
+            words_per_minute,
+            ..Espeak::default()
+        }
     }
 
     /// Whether the program can be run.
@@ -55,7 +63,8 @@ fn fix_streamed_sizes(bytes: &mut [u8]) {
     let mut at = 12;
     while at + 8 <= total {
         let id = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
-        let len = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]) as usize;
+        let len = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]])
+            as usize;
         if &id == b"data" {
             let real = ((total - at - 8) & !1) as u32;
             bytes[at + 4..at + 8].copy_from_slice(&real.to_le_bytes());
@@ -69,12 +78,23 @@ impl Synthesizer for Espeak {
     fn synthesize(&self, text: &str) -> Result<Clip, VoiceError> {
         let failed = |reason: String| VoiceError::Synthesize(reason);
         let mut child = Command::new(&self.program)
-            .args(["--stdout", "-v", &self.voice, "-s", &self.words_per_minute.to_string()])
+            .args([
+                "--stdout",
+                "-v",
+                &self.voice,
+                "-s",
+                &self.words_per_minute.to_string(),
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| failed(format!("cannot run {}: {e} (apt-get install espeak-ng)", self.program)))?;
+            .map_err(|e| {
+                failed(format!(
+                    "cannot run {}: {e} (apt-get install espeak-ng)",
+                    self.program
+                ))
+            })?;
         // The text goes in on stdin, so nothing it says can be read as an option.
         if let Some(mut stdin) = child.stdin.take() {
             stdin
@@ -86,7 +106,12 @@ impl Synthesizer for Espeak {
             .map_err(|e| failed(format!("{}: {e}", self.program)))?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(failed(format!("{} exited with {}: {}", self.program, output.status, stderr.trim())));
+            return Err(failed(format!(
+                "{} exited with {}: {}",
+                self.program,
+                output.status,
+                stderr.trim()
+            )));
         }
         let mut wav = output.stdout;
         fix_streamed_sizes(&mut wav);
@@ -191,7 +216,10 @@ mod tests {
     fn sentences_come_out_as_the_stream_completes_them() {
         let mut s = Sentences::new();
         assert!(s.push("The capital of France").is_empty());
-        assert_eq!(s.push(" is Paris. It lies"), vec!["The capital of France is Paris.".to_string()]);
+        assert_eq!(
+            s.push(" is Paris. It lies"),
+            vec!["The capital of France is Paris.".to_string()]
+        );
         assert!(s.push(" on the Seine").is_empty());
         assert_eq!(s.finish(), Some("It lies on the Seine".to_string()));
     }
@@ -199,14 +227,25 @@ mod tests {
     #[test]
     fn markdown_marks_and_code_are_not_read_out() {
         let mut s = Sentences::new();
-        let got = s.push("# Steps\n\n1. Run **this**:\n\n```sh\nrm -rf x\n```\n\nThen you are done. ");
+        let got =
+            s.push("# Steps\n\n1. Run **this**:\n\n```sh\nrm -rf x\n```\n\nThen you are done. ");
         let all = [got, s.finish().into_iter().collect()].concat();
-        assert_eq!(all, vec!["Steps".to_string(), "1. Run this:".to_string(), "Then you are done.".to_string()]);
+        assert_eq!(
+            all,
+            vec![
+                "Steps".to_string(),
+                "1. Run this:".to_string(),
+                "Then you are done.".to_string()
+            ]
+        );
     }
 
     #[test]
     fn streamed_wav_sizes_are_fixed() {
-        let clip = Clip { samples: vec![0.5; 100], rate: 22_050 };
+        let clip = Clip {
+            samples: vec![0.5; 100],
+            rate: 22_050,
+        };
         let mut bytes = clip.to_wav_bytes();
         bytes[4..8].copy_from_slice(&0x7fff_ffff_u32.to_le_bytes());
         bytes[40..44].copy_from_slice(&0x7fff_ffff_u32.to_le_bytes());

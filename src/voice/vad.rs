@@ -48,7 +48,10 @@ impl Default for SegmenterSettings {
 impl SegmenterSettings {
     /// Push to talk: nothing but the release closes an utterance.
     pub fn push_to_talk() -> Self {
-        SegmenterSettings { hangover_frames: None, ..SegmenterSettings::default() }
+        SegmenterSettings {
+            hangover_frames: None,
+            ..SegmenterSettings::default()
+        }
     }
 }
 
@@ -142,7 +145,8 @@ impl Segmenter {
             f
         };
         let rms = (frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / FRAME as f64).sqrt();
-        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false) && rms as f32 >= self.settings.floor_rms;
+        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false)
+            && rms as f32 >= self.settings.floor_rms;
         let index = self.frame_index;
         self.frame_index += 1;
         let s = self.settings;
@@ -188,7 +192,9 @@ impl Segmenter {
                 unvoiced_run: 0,
                 last_voiced_frame: index,
             });
-            out.push(Segment::SpeechStarted { at_ms: start_frame * FRAME_MS });
+            out.push(Segment::SpeechStarted {
+                at_ms: start_frame * FRAME_MS,
+            });
         }
         out
     }
@@ -204,7 +210,11 @@ impl Segmenter {
         let start_ms = open.start_frame * FRAME_MS;
         let end_ms = start_ms + open.frames as u64 * FRAME_MS;
         if open.voiced < self.settings.min_voiced_frames {
-            return Some(Segment::Noise { start_ms, end_ms, voiced_frames: open.voiced });
+            return Some(Segment::Noise {
+                start_ms,
+                end_ms,
+                voiced_frames: open.voiced,
+            });
         }
         Some(Segment::Utterance(Utterance {
             samples: open.samples,

@@ -65,9 +65,16 @@ pub struct OpenWakeWord {
 
 fn session(path: &Path, what: &'static str) -> Result<Session, VoiceError> {
     if !path.is_file() {
-        return Err(VoiceError::ModelMissing { what, path: path.display().to_string() });
+        return Err(VoiceError::ModelMissing {
+            what,
+            path: path.display().to_string(),
+        });
     }
-    let broken = |e: String| VoiceError::ModelBroken { what, path: path.display().to_string(), reason: e };
+    let broken = |e: String| VoiceError::ModelBroken {
+        what,
+        path: path.display().to_string(),
+        reason: e,
+    };
     let environment = crate::onnx::environment()
         .ok_or_else(|| broken("ONNX Runtime is not loaded (crate::onnx::init)".into()))?;
     Session::builder(environment)
@@ -132,7 +139,9 @@ impl OpenWakeWord {
         let audio = Array2::from_shape_vec((1, input.len()), input).map_err(run_error)?;
         let outputs = self
             .mel
-            .run(ort::inputs![TensorRef::from_array_view(&audio).map_err(run_error)?])
+            .run(ort::inputs![
+                TensorRef::from_array_view(&audio).map_err(run_error)?
+            ])
             .map_err(run_error)?;
         let (_, mel) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
         let frames: Vec<[f32; 32]> = mel
@@ -148,7 +157,8 @@ impl OpenWakeWord {
         drop(outputs);
         // The last 8 frames are this step's.
         let new = frames.len().min(8);
-        self.mels.extend(frames[frames.len() - new..].iter().copied());
+        self.mels
+            .extend(frames[frames.len() - new..].iter().copied());
         while self.mels.len() > MEL_WINDOW {
             self.mels.pop_front();
         }
@@ -156,7 +166,9 @@ impl OpenWakeWord {
         let mels = Array4::from_shape_vec((1, MEL_WINDOW, 32, 1), window).map_err(run_error)?;
         let outputs = self
             .embedding
-            .run(ort::inputs![TensorRef::from_array_view(&mels).map_err(run_error)?])
+            .run(ort::inputs![
+                TensorRef::from_array_view(&mels).map_err(run_error)?
+            ])
             .map_err(run_error)?;
         let (_, embedding) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
         let mut e = [0.0; 96];
@@ -172,10 +184,13 @@ impl OpenWakeWord {
             return Ok(0.0);
         }
         let features: Vec<f32> = self.embeddings.iter().flatten().copied().collect();
-        let features = ndarray::Array3::from_shape_vec((1, EMBEDDINGS, 96), features).map_err(run_error)?;
+        let features =
+            ndarray::Array3::from_shape_vec((1, EMBEDDINGS, 96), features).map_err(run_error)?;
         let outputs = self
             .wake_word
-            .run(ort::inputs![TensorRef::from_array_view(&features).map_err(run_error)?])
+            .run(ort::inputs![
+                TensorRef::from_array_view(&features).map_err(run_error)?
+            ])
             .map_err(run_error)?;
         let (_, value) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
         Ok(value.first().copied().unwrap_or(0.0))

@@ -52,6 +52,7 @@ export const api = {
   orbEnd: () => invoke<boolean>("orb_end"),
   orbSetMode: (mode: ListenMode) => invoke<void>("orb_set_mode", { mode }),
   orbAcknowledge: () => invoke<void>("orb_acknowledge"),
+  orbListen: (on: boolean) => invoke<void>("orb_listen", { on }),
   orbHide: () => invoke<void>("orb_hide"),
 };
 

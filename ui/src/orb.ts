@@ -55,6 +55,11 @@ function render(): void {
     ? `${PHASE_LABEL[p]} · ${MODE_LABEL[pending]} after this reply`
     : PHASE_LABEL[p];
   byId("mic").hidden = !view.status.listening;
+  // Hands-free and wake modes: the microphone is switched on and off here (or by the shortcut).
+  const listen = byId("listen");
+  listen.hidden = view.status.mode === "push_to_talk";
+  listen.textContent = view.status.listening ? "Mic off" : "Listen";
+  listen.setAttribute("aria-pressed", String(view.status.listening));
   byId("orb-stop").hidden = !canStop(view);
   byId<HTMLSelectElement>("mode").value = pending ?? view.status.mode;
 
@@ -98,6 +103,10 @@ async function init(): Promise<void> {
     played = true;
     void api.orbAcknowledge();
     render();
+  });
+  byId("listen").addEventListener("click", () => {
+    byId("orb-error").textContent = "";
+    api.orbListen(!view.status.listening).catch((err) => (byId("orb-error").textContent = message(err)));
   });
   byId("continue-btn").addEventListener("click", () => byId("orb-question").focus());
   byId("ask").addEventListener("submit", async (e) => {

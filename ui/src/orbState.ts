@@ -24,6 +24,8 @@ export const idleStatus: VoiceStatus = {
   replying: null,
   queue: [],
   answered_away: null,
+  awake: false,
+  stops: 0,
 };
 
 export function emptyOrb(): OrbView {

@@ -52,6 +52,8 @@ export interface VoiceStatus {
   replying: number | null;
   queue: WaitingQuestion[];
   answered_away: number | null;
+  awake: boolean;
+  stops: number;
 }
 
 export type VoiceUpdate =
