@@ -6,7 +6,7 @@
 mod support;
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jarvis::config::BackendKind;
 use jarvis::service::{ListenMode, VoiceAttachment, VoiceStatus};
