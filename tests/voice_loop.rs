@@ -706,5 +706,4 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
         back.contains("answer") && (back.contains("42") || back.contains("forty")),
         "{back}"
     );
-    let _ = Instant::now();
 }
