@@ -275,6 +275,8 @@ pub struct Feed {
     queue: Arc<Mutex<VecDeque<i16>>>,
     /// Frames read while open, for "when did the microphone hear it".
     heard_frames: Arc<std::sync::atomic::AtomicU64>,
+    /// When the microphone last opened: frame `n` of it is heard at this + n × 20 ms.
+    opened: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Feed {
@@ -294,6 +296,11 @@ impl Feed {
         while !self.is_quiet() {
             tokio::time::sleep(Duration::from_millis(FRAME_MS)).await;
         }
+    }
+
+    /// When the microphone last opened (its first frame's time).
+    pub fn opened_at(&self) -> Option<Instant> {
+        *lock(&self.opened)
     }
 
     /// Frames delivered so far.
@@ -338,6 +345,7 @@ impl AudioSource for FeedSource {
             let mut seed: u32 = 0x9E37_79B9;
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            *lock(&feed.opened) = Some(Instant::now());
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,

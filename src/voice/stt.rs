@@ -118,6 +118,22 @@ impl Whisper {
 
 impl Transcriber for Whisper {
     fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError> {
+        transcribe_with_ctx(self, samples, 0)
+    }
+}
+
+/// Transcribes with a given audio context (0: sized to the clip) — the benchmark's baseline runs
+/// whisper's default full 30 s context (1500).
+pub fn transcribe_with_ctx(
+    whisper: &Whisper,
+    samples: &[f32],
+    audio_ctx: i32,
+) -> Result<Transcript, VoiceError> {
+    whisper.run(samples, audio_ctx)
+}
+
+impl Whisper {
+    fn run(&self, samples: &[f32], audio_ctx: i32) -> Result<Transcript, VoiceError> {
         // Whisper wants at least a second; pad short clips with silence.
         let mut audio = samples.to_vec();
         let min = SAMPLE_RATE as usize + SAMPLE_RATE as usize / 10;
@@ -126,7 +142,11 @@ impl Transcriber for Whisper {
         }
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
-        params.set_audio_ctx(audio_ctx_for(audio.len()));
+        params.set_audio_ctx(if audio_ctx > 0 {
+            audio_ctx
+        } else {
+            audio_ctx_for(audio.len())
+        });
         params.set_no_context(true);
         params.set_single_segment(true);
         params.set_no_timestamps(true);

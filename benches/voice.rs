@@ -1,0 +1,307 @@
+//! Voice benchmarks, on the real models (`scripts/models voice`):
+//! - whisper's real-time factor on 2-second utterances, 2 threads (goal ≤ 0.10), against the
+//!   same model with its full 30 s audio context as the baseline, in the same run;
+//! - the voice turn overhead: from the last voiced frame of a spoken question to the first
+//!   sample of its answer reaching the sink, with a backend whose first token is immediate
+//!   (goal: median ≤ 500 ms), with its parts (the hangover that ends the utterance,
+//!   transcription, the first sentence's synthesis);
+//! - the CPU of idle wake-word listening (goal ≤ 5 % of one core);
+//! - noise robustness on the fixture set: replies cancelled by noise, fillers or echo (goal 0).
+//!
+//! Run: `cargo bench --bench voice`
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jarvis::config::{BackendKind, Config, Settings, SpeechModel};
+use jarvis::service::ListenMode;
+use jarvis::store::Store;
+use jarvis::voice::listen::{ListenEvent, Shared};
+use jarvis::voice::pipeline::VoiceOptions;
+use jarvis::voice::{
+    models, stt, AudioSink, Clip, Espeak, FeedSource, Heard, Listener, Recorder, Synthesizer,
+    Transcriber, VoiceLoop, VoiceParts, Whisper, SAMPLE_RATE,
+};
+use jarvis::{Service, ServiceOptions};
+use jarvis_stub::{Script, Stub};
+
+fn model_dir() -> PathBuf {
+    std::env::var("JARVIS_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            let data = std::env::var("XDG_DATA_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
+                });
+            data.join("jarvis/models")
+        })
+}
+
+fn speech(text: &str) -> Clip {
+    Espeak::default()
+        .synthesize(text)
+        .and_then(|c| c.resampled(SAMPLE_RATE))
+        .expect("espeak-ng")
+}
+
+fn silence(ms: u64) -> Clip {
+    Clip::silence(Duration::from_millis(ms), SAMPLE_RATE)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+const QUESTIONS: [&str; 6] = [
+    "What is the capital of France?",
+    "Set a timer for ten minutes.",
+    "How tall is Mount Everest?",
+    "What time is it in Tokyo?",
+    "Who wrote Pride and Prejudice?",
+    "Turn off the kitchen lights.",
+];
+
+/// Exactly two seconds: the utterance, padded or cut.
+fn two_seconds(text: &str) -> Vec<f32> {
+    let mut s = speech(text).samples;
+    s.resize(2 * SAMPLE_RATE as usize, 0.0);
+    s
+}
+
+fn whisper_rtf(whisper: &Whisper) {
+    println!("## Whisper tiny.en, 2-second utterances, 2 threads");
+    let clips: Vec<Vec<f32>> = QUESTIONS.iter().map(|q| two_seconds(q)).collect();
+    let _ = whisper.transcribe(&clips[0]); // warm up
+    let mut sized = Vec::new();
+    for _ in 0..3 {
+        for clip in &clips {
+            let t = Instant::now();
+            whisper.transcribe(clip).unwrap();
+            sized.push(t.elapsed().as_secs_f64());
+        }
+    }
+    // Baseline: the same clips through the full 30 s context, as whisper does by default.
+    let mut full = Vec::new();
+    for clip in &clips {
+        let t = Instant::now();
+        jarvis::voice::stt::transcribe_with_ctx(whisper, clip, 1500).unwrap();
+        full.push(t.elapsed().as_secs_f64());
+    }
+    let (sized, full) = (median(sized), median(full));
+    println!(
+        "audio_ctx sized to the clip ({}): median {:.0} ms, real-time factor {:.3}",
+        stt::audio_ctx_for(clips[0].len()),
+        sized * 1000.0,
+        sized / 2.0
+    );
+    println!("audio_ctx 1500 (30 s, the default): median {:.0} ms, real-time factor {:.3} (×{:.1} slower)", full * 1000.0, full / 2.0, full / sized);
+}
+
+fn wake_cpu() {
+    println!("\n## Idle wake-word listening");
+    let factory = models::wake_factory(&model_dir()).unwrap();
+    let mut detector = factory().unwrap();
+    // A minute of a quiet room: faint noise.
+    let mut seed: u32 = 1;
+    let minute: Vec<i16> = (0..60 * SAMPLE_RATE)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            ((seed % 200) as i16) - 100
+        })
+        .collect();
+    let t = Instant::now();
+    let mut best: f32 = 0.0;
+    for frame in minute.chunks(320) {
+        best = best.max(detector.feed(frame).unwrap());
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!("60 s of a quiet room through the three models: {:.2} s of one core = {:.1} % of one core while listening (highest score {best:.3}, threshold 0.5)", secs, secs / 60.0 * 100.0);
+}
+
+fn noise_robustness(whisper: Arc<Whisper>) {
+    println!("\n## Noise robustness (the fixture set, said while Jarvis speaks)");
+    let answer =
+        "The capital of France is Paris. It lies on the river Seine in the north of the country.";
+    let mut cough_seed: u32 = 7;
+    let cough = Clip {
+        samples: (0..3200)
+            .map(|i| {
+                cough_seed = cough_seed
+                    .wrapping_mul(1_664_525)
+                    .wrapping_add(1_013_904_223);
+                ((cough_seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0)
+                    * 0.6
+                    * (1.0 - i as f32 / 3200.0).powi(2)
+            })
+            .collect(),
+        rate: SAMPLE_RATE,
+    };
+    let knock = Clip {
+        samples: (0..3)
+            .flat_map(|_| {
+                (0..480)
+                    .map(|i| {
+                        let t = i as f32 / SAMPLE_RATE as f32;
+                        (t * 2.0 * std::f32::consts::PI * 90.0).sin() * 0.8 * (-t * 60.0).exp()
+                    })
+                    .chain(std::iter::repeat_n(0.0, 2400))
+            })
+            .collect(),
+        rate: SAMPLE_RATE,
+    };
+    let fixtures: Vec<(&str, Clip)> = vec![
+        ("cough", cough),
+        ("door knock", knock),
+        ("silence", silence(2000)),
+        ("um", speech("Um.")),
+        ("uh", speech("Uh.")),
+        ("hmm", speech("Hmm.")),
+        ("um, uh", speech("Um, uh.")),
+        (
+            "echo: first sentence",
+            speech("The capital of France is Paris."),
+        ),
+        (
+            "echo: second sentence",
+            speech("It lies on the river Seine in the north of the country."),
+        ),
+        ("echo: a stretch", speech("in the north of the country")),
+    ];
+    let (mut cancelled, mut asked) = (0, 0);
+    for (name, clip) in &fixtures {
+        let shared = Shared::default();
+        shared.set_speaking(true);
+        shared.said(true, answer);
+        let mut listener = Listener::new(ListenMode::HandsFree, whisper.clone(), None, 0.5, shared);
+        let audio = silence(300).then(clip).then(&silence(800));
+        let mut verdicts = Vec::new();
+        for frame in jarvis::voice::audio::frames_of(&audio.to_i16()) {
+            for e in listener.push(&frame).unwrap() {
+                if let ListenEvent::Heard(r) = e {
+                    verdicts.push(r);
+                }
+            }
+        }
+        for e in listener.finish().unwrap() {
+            if let ListenEvent::Heard(r) = e {
+                verdicts.push(r);
+            }
+        }
+        cancelled += verdicts.iter().filter(|r| r.heard == Heard::Stop).count();
+        asked += verdicts
+            .iter()
+            .filter(|r| r.heard == Heard::Question)
+            .count();
+        let shown: Vec<String> = verdicts
+            .iter()
+            .map(|r| format!("{:?} {:?}", r.heard, r.text))
+            .collect();
+        println!(
+            "| {name} | {} |",
+            if shown.is_empty() {
+                "nothing left the capture stage".into()
+            } else {
+                shown.join("; ")
+            }
+        );
+    }
+    println!("replies cancelled by noise, fillers or echo: {cancelled}; questions asked by mistake: {asked} (of {} fixtures)", fixtures.len());
+}
+
+fn turn_overhead(whisper: Arc<Whisper>) {
+    println!("\n## Voice turn overhead (last voiced frame → first answer sample at the sink)");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let stub = Stub::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings { backend: BackendKind::Openai, ..Settings::default() };
+        settings.openai.base_url = stub.openai_url();
+        settings.openai.requires_key = false;
+        settings.voice.mode = ListenMode::HandsFree;
+        let config = Config {
+            path: dir.path().join("settings.toml"),
+            file_found: false,
+            data_dir: dir.path().to_path_buf(),
+            settings,
+        };
+        let env = |name: &str| (name == "JARVIS_KEYRING").then(|| "off".to_string());
+        let backend = jarvis::llm::from_config(&config, &env).unwrap();
+        let store = Store::open(&dir.path().join("jarvis.db"), Duration::from_secs(5)).unwrap();
+        let service = Service::start(store, backend, ServiceOptions::from_settings(&config.settings));
+        let (source, feed) = FeedSource::new();
+        let recorder = Recorder::new(22_050);
+        let parts = VoiceParts {
+            source: Arc::new(source),
+            sink: Arc::new(recorder.clone()),
+            transcriber: whisper.clone(),
+            synthesizer: Arc::new(Espeak::default()),
+            wake: None,
+        };
+        let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+        let mut heard = voice.heard();
+        let _orb = service.voice_attach().await.unwrap();
+        service.set_listening(true).await.unwrap();
+        let (mut totals, mut stt_times, mut tts_times) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..8 {
+            let question = QUESTIONS[round % QUESTIONS.len()];
+            // First token immediate: the whole answer in one delta.
+            stub.push(Script::text("Sure. Here is the answer you asked for."));
+            let clips_before = recorder.arrivals().len();
+            let clip = speech(question);
+            feed.say(&clip.clone().then(&silence(1500)));
+            let report = loop {
+                let r = heard.recv().await.unwrap();
+                if r.heard == Heard::Question {
+                    break r;
+                }
+            };
+            let opened = feed.opened_at().unwrap();
+            let last_voiced = opened + Duration::from_millis(report.last_voiced_ms);
+            while recorder.arrivals().len() == clips_before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let first_sample = recorder.made() + recorder.arrivals()[clips_before].0;
+            totals.push(first_sample.saturating_duration_since(last_voiced).as_secs_f64() * 1000.0);
+            let utterance = clip.samples.len() + 300 * 16 + 300 * 16;
+            let mut padded = silence(300).then(&clip).samples;
+            padded.resize(utterance, 0.0);
+            let t = Instant::now();
+            whisper.transcribe(&padded).unwrap();
+            stt_times.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            Espeak::default().synthesize("Sure.").unwrap();
+            tts_times.push(t.elapsed().as_secs_f64() * 1000.0);
+            while recorder.is_playing() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            feed.until_quiet().await;
+        }
+        let hangover = 300.0;
+        println!("rounds: {}; total median {:.0} ms (min {:.0}, max {:.0})", totals.len(), median(totals.clone()),
+            totals.iter().cloned().fold(f64::MAX, f64::min), totals.iter().cloned().fold(0.0, f64::max));
+        println!("parts: hangover {hangover:.0} ms (fixed: 15 unvoiced frames end the utterance), transcription median {:.0} ms, first sentence synthesis median {:.0} ms; the rest (VAD, service, stub over loopback, queueing) ~{:.0} ms",
+            median(stt_times.clone()), median(tts_times.clone()),
+            median(totals) - hangover - median(stt_times) - median(tts_times));
+        drop(voice);
+    });
+}
+
+fn main() {
+    let models = model_dir();
+    let whisper = Arc::new(
+        models::load_whisper(&models, SpeechModel::TinyEn, 2).unwrap_or_else(|e| panic!("{e}")),
+    );
+    whisper_rtf(&whisper);
+    wake_cpu();
+    noise_robustness(whisper.clone());
+    turn_overhead(whisper);
+}
