@@ -762,6 +762,29 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
             }
         }
     }
+    // Voice: reported, never a reason to fail — typing works without it.
+    let models = config.model_dir();
+    let speech = voice::models::speech_model_file(&models, s.voice.speech_model);
+    let wake = voice::models::wake_factory(&models);
+    let espeak = voice::Espeak::new(&s.voice.tts_voice, s.voice.tts_speed).available();
+    println!(
+        "voice: speech model {} ({}); wake word {}; espeak-ng {}",
+        speech.display(),
+        if speech.is_file() {
+            "installed"
+        } else {
+            "missing: run scripts/models voice"
+        },
+        match &wake {
+            Ok(_) => "ready".to_string(),
+            Err(err) => err.to_string(),
+        },
+        if espeak {
+            "found"
+        } else {
+            "missing: apt-get install espeak-ng"
+        }
+    );
     if problems.is_empty() {
         println!("all good");
         Ok(ExitCode::SUCCESS)

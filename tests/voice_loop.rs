@@ -683,6 +683,27 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
         "{first}"
     );
 
+    // A file that is not a WAV, and a machine without the speech model: clear errors.
+    let bad = dir.path().join("bad.wav");
+    std::fs::write(&bad, b"not a wav file").unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args(["listen", "--wav", bad.to_str().unwrap()]);
+    let (code, _, err) = output(&mut cmd).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot read") && err.contains("bad.wav"),
+        "{err}"
+    );
+    let mut cmd = jarvis(&dir);
+    cmd.args(["listen", "--wav", wav.to_str().unwrap()]);
+    let (code, _, err) = output(&mut cmd).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("speech model not installed") && err.contains("scripts/models voice"),
+        "{err}"
+    );
+
     let spoken = dir.path().join("spoken.wav");
     let mut cmd = jarvis(&dir);
     cmd.args([

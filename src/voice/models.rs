@@ -24,6 +24,12 @@ pub fn load_whisper(
 /// A factory for the wake word's detector; loads ONNX Runtime first and fails clearly without it.
 pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
     let library = crate::onnx::library_path(models);
+    if !library.is_file() {
+        return Err(VoiceError::ModelMissing {
+            what: "ONNX Runtime",
+            path: library.display().to_string(),
+        });
+    }
     crate::onnx::init(&library).map_err(|reason| VoiceError::ModelBroken {
         what: "ONNX Runtime",
         path: library.display().to_string(),
