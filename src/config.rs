@@ -566,6 +566,8 @@ pub enum SettingValue {
     Bool(bool),
     /// An integer.
     Int(i64),
+    /// A number.
+    Float(f64),
 }
 
 /// Changes keys of the settings file in place — its other keys, comments and layout stay — after
@@ -614,6 +616,7 @@ pub fn write_settings(
                     SettingValue::Text(t) => toml_edit::value(t.as_str()),
                     SettingValue::Bool(b) => toml_edit::value(*b),
                     SettingValue::Int(i) => toml_edit::value(*i),
+                    SettingValue::Float(f) => toml_edit::value((*f * 1000.0).round() / 1000.0),
                 };
                 match table.get_mut(last) {
                     // In place, so the key's comments stay.

@@ -98,7 +98,7 @@ pub fn chat_window_ready(app: &tauri::AppHandle) {
 
 /// Starts the voice loop: the speech model, espeak-ng, the speaker and the microphone (opened
 /// only while a mode listens). A missing model or device is kept as the reason it cannot listen.
-async fn start_voice(app: &tauri::AppHandle) {
+pub async fn start_voice(app: &tauri::AppHandle) {
     let state = app.state::<AppState>();
     let settings = state.settings();
     let models_dir = state
@@ -108,7 +108,7 @@ async fn start_voice(app: &tauri::AppHandle) {
         .model_dir();
     let voice = settings.voice.clone();
     let loaded = tauri::async_runtime::spawn_blocking(move || {
-        let whisper = models::load_whisper(&models_dir, voice.speech_model, voice.threads)?;
+        let whisper = models::lazy_whisper(&models_dir, voice.speech_model, voice.threads)?;
         let wake = match models::wake_factory(&models_dir) {
             Ok(factory) => Some(factory),
             Err(err) => {
@@ -155,6 +155,7 @@ async fn start_voice(app: &tauri::AppHandle) {
     if let Err(problem) = &result {
         tracing::warn!("voice: {problem}");
     }
+    // Replacing a running loop drops it: its microphone closes; the conversation stays.
     *state.voice.lock().unwrap_or_else(|p| p.into_inner()) = result;
 }
 

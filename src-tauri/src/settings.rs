@@ -2,7 +2,7 @@
 //! what it saves (to the settings file; a key to the OS keyring).
 
 use anyhow::Context as _;
-use jarvis::config::{self, BackendKind, SettingValue, Theme};
+use jarvis::config::{self, BackendKind, SettingValue, SpeechModel, Theme};
 use jarvis::service::ListenMode;
 use jarvis::ServiceOptions;
 use secrecy::SecretString;
@@ -25,6 +25,8 @@ pub struct SettingsView {
     shortcut: String,
     save_conversations: bool,
     listen_mode: ListenMode,
+    speech_model: SpeechModel,
+    wake_threshold: f32,
     theme: Theme,
     /// The file the settings are saved in.
     path: String,
@@ -71,6 +73,8 @@ impl SettingsView {
             shortcut: s.desktop.shortcut.clone(),
             save_conversations: s.voice.save_conversations,
             listen_mode: s.voice.mode,
+            speech_model: s.voice.speech_model,
+            wake_threshold: s.voice.wake_threshold,
             theme: s.desktop.theme,
             path: config.path.display().to_string(),
         }
@@ -86,6 +90,8 @@ pub struct SettingsForm {
     api_key: Option<String>,
     shortcut: String,
     save_conversations: bool,
+    speech_model: SpeechModel,
+    wake_threshold: f32,
     theme: Theme,
 }
 
@@ -111,7 +117,21 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
             vec!["voice", "save_conversations"],
             Some(SettingValue::Bool(form.save_conversations)),
         ),
+        (
+            vec!["voice", "speech_model"],
+            text(match form.speech_model {
+                SpeechModel::TinyEn => "tiny_en",
+                SpeechModel::Base => "base",
+            }),
+        ),
+        (
+            vec!["voice", "wake_threshold"],
+            Some(SettingValue::Float(f64::from(form.wake_threshold))),
+        ),
     ];
+    if !(0.05..=0.99).contains(&form.wake_threshold) {
+        anyhow::bail!("the wake word threshold must be between 0.05 and 0.99");
+    }
     if form.backend != BackendKind::Local {
         if let Some(url) = form.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
             let url = url.trim();
@@ -169,11 +189,17 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
     } else {
         None
     };
+    let voice_changed = old.voice.speech_model != new.voice.speech_model
+        || old.voice.wake_threshold != new.voice.wake_threshold;
     let old_shortcut = old.desktop.shortcut;
     let options = ServiceOptions::from_settings(&new_config.settings);
     state.service.reconfigure(backend, options).await?;
     if old_shortcut != shortcut {
         crate::shortcut::register(app, &shortcut)?;
+    }
+    if voice_changed {
+        // The new speech model or threshold: a new voice loop (listening resumes as it was).
+        crate::app::start_voice(app).await;
     }
     let _ = app.emit("theme-changed", new_config.settings.desktop.theme);
     Ok(())

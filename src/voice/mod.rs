@@ -25,7 +25,7 @@ pub use audio::{AudioSink, AudioSource, Capture, Clip, Feed, FeedSource, Recorde
 pub use heard::{classify, Heard, HeardContext};
 pub use listen::{Listener, Utterance, UtteranceReport};
 pub use pipeline::{VoiceLoop, VoiceParts};
-pub use stt::{Transcriber, Whisper};
+pub use stt::{LazyWhisper, Transcriber, Whisper};
 pub use tts::{Espeak, Synthesizer};
 pub use vad::{Segment, Segmenter, SegmenterSettings};
 pub use wake::{OpenWakeWord, WakeDetector};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::pipeline::WakeFactory;
 use super::wake::{OpenWakeWord, WakeDetector, WakeModels};
-use super::{VoiceError, Whisper};
+use super::{LazyWhisper, VoiceError, Whisper};
 
 /// The speech model's file for a Settings choice.
 pub fn speech_model_file(models: &Path, choice: crate::config::SpeechModel) -> PathBuf {
@@ -19,6 +19,15 @@ pub fn load_whisper(
     threads: usize,
 ) -> Result<Whisper, VoiceError> {
     Whisper::load(&speech_model_file(models, choice), threads)
+}
+
+/// The speech model, loaded the first time the microphone opens.
+pub fn lazy_whisper(
+    models: &Path,
+    choice: crate::config::SpeechModel,
+    threads: usize,
+) -> Result<LazyWhisper, VoiceError> {
+    LazyWhisper::new(&speech_model_file(models, choice), threads)
 }
 
 /// A factory for the wake word's detector; loads ONNX Runtime first and fails clearly without it.

@@ -275,6 +275,10 @@ impl LoopState {
             .name("jarvis-listen".into())
             .spawn(move || {
                 let mut capture = capture;
+                if let Err(err) = transcriber.prepare() {
+                    tracing::warn!(%err, "speech-to-text is not available");
+                    return;
+                }
                 let detector = match wake.map(|make| make()).transpose() {
                     Ok(detector) => detector,
                     Err(err) => {

@@ -23,6 +23,53 @@ pub struct Transcript {
 pub trait Transcriber: Send + Sync {
     /// Transcribes one utterance (blocking: call it off the async threads).
     fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError>;
+
+    /// Gets ready (loads a model) before the first utterance; called when the microphone opens.
+    fn prepare(&self) -> Result<(), VoiceError> {
+        Ok(())
+    }
+}
+
+/// Whisper loaded when first needed — the first time the microphone opens — so an app that never
+/// listens never holds the model in memory.
+pub struct LazyWhisper {
+    path: std::path::PathBuf,
+    threads: usize,
+    loaded: std::sync::OnceLock<Result<Whisper, String>>,
+}
+
+impl LazyWhisper {
+    /// Whisper from `path`, not loaded yet; a missing file is an error now, not later.
+    pub fn new(path: &Path, threads: usize) -> Result<LazyWhisper, VoiceError> {
+        if !path.is_file() {
+            return Err(VoiceError::ModelMissing {
+                what: "speech model",
+                path: path.display().to_string(),
+            });
+        }
+        Ok(LazyWhisper {
+            path: path.to_path_buf(),
+            threads,
+            loaded: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn get(&self) -> Result<&Whisper, VoiceError> {
+        self.loaded
+            .get_or_init(|| Whisper::load(&self.path, self.threads).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|reason| VoiceError::Transcribe(reason.clone()))
+    }
+}
+
+impl Transcriber for LazyWhisper {
+    fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError> {
+        self.get()?.transcribe(samples)
+    }
+
+    fn prepare(&self) -> Result<(), VoiceError> {
+        self.get().map(|_| ())
+    }
 }
 
 /// whisper.cpp with a ggml model.

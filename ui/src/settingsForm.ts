@@ -1,10 +1,11 @@
 // The Settings dialog: backend, model, base URL, API key (write-only: stored in the OS keyring and
-// never shown back), push-to-talk shortcut, saving voice conversations, theme.
+// never shown back), push-to-talk shortcut, saving voice conversations, the speech model, the wake
+// word threshold, theme.
 
 import { api, message } from "./api";
 import { byId } from "./dom";
 import { applyTheme } from "./theme";
-import type { BackendKind, SettingsView, Theme } from "./types";
+import type { BackendKind, SettingsView, SpeechModel, Theme } from "./types";
 
 let current: SettingsView | null = null;
 
@@ -40,6 +41,8 @@ export async function openSettings(): Promise<void> {
   showBackend(current.backend);
   byId<HTMLInputElement>("set-shortcut").value = current.shortcut;
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
+  byId<HTMLSelectElement>("set-speech").value = current.speech_model;
+  byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
   byId<HTMLSelectElement>("set-theme").value = current.theme;
   byId("settings-path").textContent = `Saved in ${current.path}`;
   dialog().showModal();
@@ -63,6 +66,8 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         api_key: key.trim() ? key : null,
         shortcut: byId<HTMLInputElement>("set-shortcut").value,
         save_conversations: byId<HTMLInputElement>("set-save").checked,
+        speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
+        wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,
       });
       byId<HTMLInputElement>("set-key").value = "";

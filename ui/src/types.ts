@@ -84,9 +84,13 @@ export interface SettingsView {
   shortcut: string;
   save_conversations: boolean;
   listen_mode: ListenMode;
+  speech_model: SpeechModel;
+  wake_threshold: number;
   theme: Theme;
   path: string;
 }
+
+export type SpeechModel = "tiny_en" | "base";
 
 export interface SettingsForm {
   backend: BackendKind;
@@ -95,5 +99,7 @@ export interface SettingsForm {
   api_key: string | null;
   shortcut: string;
   save_conversations: boolean;
+  speech_model: SpeechModel;
+  wake_threshold: number;
   theme: Theme;
 }
