@@ -13,6 +13,7 @@ pub mod heard;
 pub mod listen;
 pub mod models;
 pub mod pipeline;
+pub mod pulse;
 pub mod speak;
 pub mod stt;
 pub mod tts;

@@ -199,7 +199,14 @@ fn read_tiktoken(path: &Path) -> Result<Vec<Vec<u8>>> {
             "vocabulary ranks are not in order at line {}",
             i + 1
         );
-        tokens.push(base64::engine::general_purpose::STANDARD.decode(b64)?);
+        // Python's lenient decoder reads "=" (a line of multilingual.tiktoken) as no bytes.
+        let b64 = b64.trim_end_matches('=');
+        let lenient = base64::engine::GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone),
+        );
+        tokens.push(lenient.decode(b64)?);
     }
     Ok(tokens)
 }
