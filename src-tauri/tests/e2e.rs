@@ -9,6 +9,7 @@ mod support;
 
 use std::time::Duration;
 
+use jarvis::voice::Synthesizer;
 use jarvis::ReplyState;
 use jarvis_stub::{Script, Stub};
 use support::*;
@@ -280,5 +281,71 @@ async fn a_reply_streaming_200_deltas_a_second_renders_with_no_delta_lost() {
         "the screen has every one of {deltas} deltas"
     );
     app.screenshots("fast-stream").await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
+    let _one = one_app_at_a_time().await;
+    let pulse = jarvis::voice::pulse::Pulse::start().expect("a PulseAudio server");
+    let stub = Stub::start().await.unwrap();
+    let answer = "Paris is the capital of France. It lies on the Seine.";
+    stub.push(
+        Script::text(answer)
+            .deltas_of(6)
+            .paced(Duration::from_millis(40)),
+    );
+    let data = Data::with_voice(&pulse);
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the Listen button (hands-free)", |app| async move {
+        app.visible("#listen").await.then_some(())
+    })
+    .await;
+    assert!(!app.visible("#mic").await, "the microphone starts shut");
+    let speaker = pulse.record_speaker().unwrap();
+    app.click("#listen").await;
+    app.wait_for("the microphone to open", |app| async move {
+        (app.visible("#mic").await && app.text("#listen").await == "Mic off").then_some(())
+    })
+    .await;
+    let question = jarvis::voice::Espeak::default()
+        .synthesize("What is the capital of France?")
+        .and_then(|c| c.resampled(jarvis::voice::SAMPLE_RATE))
+        .unwrap();
+    pulse.say(
+        &question
+            .then(&jarvis::voice::Clip::silence(
+                Duration::from_millis(800),
+                16_000,
+            ))
+            .to_i16(),
+    );
+    app.wait_for("the answer in the orb", |app| async move {
+        (app.text("#answer").await.trim() == answer).then_some(())
+    })
+    .await;
+    data.wait_for_reply_end().await;
+    assert_eq!(data.last_answer(), answer);
+    app.screenshots("orb-voice").await;
+    // Spoken aloud: the speaker played a second or more of sound.
+    let start = std::time::Instant::now();
+    let levels = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if start.elapsed() > Duration::from_secs(6) {
+            break speaker.stop();
+        }
+    };
+    let loud = levels.iter().filter(|l| **l > 500.0).count();
+    assert!(
+        loud >= 10,
+        "the answer was heard on the speaker: {levels:?}"
+    );
+    app.click("#listen").await;
+    app.wait_for("the microphone to close", |app| async move {
+        (!app.visible("#mic").await).then_some(())
+    })
+    .await;
     app.quit().await;
 }

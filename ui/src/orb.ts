@@ -65,7 +65,8 @@ function render(): void {
 
   const away = view.status.answered_away !== null && !played;
   byId("away").hidden = !away;
-  byId("continue").hidden = away || view.status.chat === null || view.state !== "ended";
+  byId("continue").hidden =
+    away || view.status.chat === null || view.state !== "ended" || view.status.listening;
   const answer = byId("answer");
   answer.hidden = away || view.text === "";
   if (!answer.hidden) {

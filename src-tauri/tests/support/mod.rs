@@ -28,6 +28,8 @@ pub async fn one_app_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
 /// A temporary home, data folder and settings file.
 pub struct Data {
     dir: tempfile::TempDir,
+    /// Extra environment for the app (a PulseAudio server).
+    extra: Vec<(String, String)>,
 }
 
 impl Data {
@@ -40,7 +42,27 @@ impl Data {
             "backend = \"openai\"\n[openai]\nrequires_key = false\nmodel = \"stub-model\"\n",
         )
         .unwrap();
-        Data { dir }
+        Data {
+            dir,
+            extra: Vec::new(),
+        }
+    }
+
+    /// A data folder whose models are the installed ones (the voice models among them), the orb
+    /// listening hands-free, and the audio devices of `pulse`.
+    pub fn with_voice(pulse: &jarvis::voice::pulse::Pulse) -> Data {
+        let mut data = Data::new();
+        let models = installed_models();
+        assert!(
+            models.join("ggml-tiny.en.bin").is_file(),
+            "the voice models are missing: run scripts/models voice"
+        );
+        std::os::unix::fs::symlink(&models, data.dir.path().join("data").join("models")).unwrap();
+        let mut settings = std::fs::read_to_string(data.dir.path().join("settings.toml")).unwrap();
+        settings.push_str("[voice]\nmode = \"hands_free\"\n");
+        std::fs::write(data.dir.path().join("settings.toml"), settings).unwrap();
+        data.extra.push(("PULSE_SERVER".into(), pulse.server()));
+        data
     }
 
     pub fn path(&self) -> &Path {
@@ -72,6 +94,9 @@ impl Data {
                 "warn,jarvis=debug,jarvis_desktop=debug".into(),
             ),
         ]
+        .into_iter()
+        .chain(self.extra.iter().cloned())
+        .collect()
     }
 
     /// The latest reply of the latest chat: its state and text.
@@ -112,6 +137,19 @@ impl Data {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Where `scripts/models` installs models for this user.
+pub fn installed_models() -> PathBuf {
+    if let Ok(dir) = std::env::var("JARVIS_TEST_MODELS") {
+        return PathBuf::from(dir);
+    }
+    let data = std::env::var("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
+        });
+    data.join("jarvis/models")
 }
 
 /// A WebDriver call that may not hang a test: `None` when it failed or took over 5 s.
