@@ -20,35 +20,26 @@ use jarvis::store::Store;
 use jarvis::voice::listen::{ListenEvent, Shared};
 use jarvis::voice::pipeline::VoiceOptions;
 use jarvis::voice::{
-    models, stt, AudioSink, Clip, Espeak, FeedSource, Heard, Listener, Recorder, Synthesizer,
-    Transcriber, VoiceLoop, VoiceParts, Whisper, SAMPLE_RATE,
+    fixtures, models, stt, AudioSink, Clip, Espeak, FeedSource, Heard, Listener, Recorder,
+    Synthesizer, Transcriber, VoiceLoop, VoiceParts, Whisper, SAMPLE_RATE,
 };
 use jarvis::{Service, ServiceOptions};
 use jarvis_stub::{Script, Stub};
 
 fn model_dir() -> PathBuf {
-    std::env::var("JARVIS_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            let data = std::env::var("XDG_DATA_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| {
-                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
-                });
-            data.join("jarvis/models")
-        })
+    match std::env::var("JARVIS_TEST_MODELS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => {
+            Config::installed_model_dir(&|k| std::env::var(k).ok()).expect("a home directory")
+        }
+    }
 }
 
 fn speech(text: &str) -> Clip {
-    Espeak::default()
-        .synthesize(text)
-        .and_then(|c| c.resampled(SAMPLE_RATE))
-        .expect("espeak-ng")
+    fixtures::speech(text).expect("espeak-ng")
 }
 
-fn silence(ms: u64) -> Clip {
-    Clip::silence(Duration::from_millis(ms), SAMPLE_RATE)
-}
+use fixtures::silence;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -104,16 +95,7 @@ fn wake_cpu() {
     println!("\n## Idle wake-word listening");
     let factory = models::wake_factory(&model_dir()).unwrap();
     let mut detector = factory().unwrap();
-    // A minute of a quiet room: faint noise.
-    let mut seed: u32 = 1;
-    let minute: Vec<i16> = (0..60 * SAMPLE_RATE)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            ((seed % 200) as i16) - 100
-        })
-        .collect();
+    let minute = fixtures::quiet_room(60);
     let t = Instant::now();
     let mut best: f32 = 0.0;
     for frame in minute.chunks(320) {
@@ -127,36 +109,9 @@ fn noise_robustness(whisper: Arc<Whisper>) {
     println!("\n## Noise robustness (the fixture set, said while Jarvis speaks)");
     let answer =
         "The capital of France is Paris. It lies on the river Seine in the north of the country.";
-    let mut cough_seed: u32 = 7;
-    let cough = Clip {
-        samples: (0..3200)
-            .map(|i| {
-                cough_seed = cough_seed
-                    .wrapping_mul(1_664_525)
-                    .wrapping_add(1_013_904_223);
-                ((cough_seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0)
-                    * 0.6
-                    * (1.0 - i as f32 / 3200.0).powi(2)
-            })
-            .collect(),
-        rate: SAMPLE_RATE,
-    };
-    let knock = Clip {
-        samples: (0..3)
-            .flat_map(|_| {
-                (0..480)
-                    .map(|i| {
-                        let t = i as f32 / SAMPLE_RATE as f32;
-                        (t * 2.0 * std::f32::consts::PI * 90.0).sin() * 0.8 * (-t * 60.0).exp()
-                    })
-                    .chain(std::iter::repeat_n(0.0, 2400))
-            })
-            .collect(),
-        rate: SAMPLE_RATE,
-    };
-    let fixtures: Vec<(&str, Clip)> = vec![
-        ("cough", cough),
-        ("door knock", knock),
+    let set: Vec<(&str, Clip)> = vec![
+        ("cough", fixtures::cough()),
+        ("door knock", fixtures::knock()),
         ("silence", silence(2000)),
         ("um", speech("Um.")),
         ("uh", speech("Uh.")),
@@ -173,7 +128,7 @@ fn noise_robustness(whisper: Arc<Whisper>) {
         ("echo: a stretch", speech("in the north of the country")),
     ];
     let (mut cancelled, mut asked) = (0, 0);
-    for (name, clip) in &fixtures {
+    for (name, clip) in &set {
         let shared = Shared::default();
         shared.set_speaking(true);
         shared.said(true, answer);
@@ -210,7 +165,7 @@ fn noise_robustness(whisper: Arc<Whisper>) {
             }
         );
     }
-    println!("replies cancelled by noise, fillers or echo: {cancelled}; questions asked by mistake: {asked} (of {} fixtures)", fixtures.len());
+    println!("replies cancelled by noise, fillers or echo: {cancelled}; questions asked by mistake: {asked} (of {} fixtures)", set.len());
 }
 
 fn turn_overhead(whisper: Arc<Whisper>) {

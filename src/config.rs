@@ -546,6 +546,14 @@ impl Config {
         self.data_dir.join("models")
     }
 
+    /// The model folder the environment names, without reading any settings: what tests and
+    /// benchmarks use to find the models `scripts/models` installed.
+    pub fn installed_model_dir(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<PathBuf, ConfigError> {
+        Ok(Config::data_dir(env)?.join("models"))
+    }
+
     /// The local model's file: `[local] model` as a path, or as a name in the model folder.
     pub fn local_model_path(&self) -> PathBuf {
         let model = Path::new(&self.settings.local.model);

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use jarvis::store::{ReplyState, Role, Store, StoreError};
+use jarvis::store::{ChatId, ReplyState, Role, Store, StoreError};
 use support::Dir;
 
 #[test]
@@ -171,9 +171,26 @@ fn a_database_from_an_older_jarvis_is_upgraded_in_place_keeping_its_chats() {
             [],
         )
         .unwrap();
+        conn.execute(
+            "INSERT INTO records (chat_id, seq, role, text, created_at) VALUES (1, 1, 'user', 'hi', 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO replies (chat_id, question_id, state, text, started_at, ended_at)
+             VALUES (1, 1, 'done', 'hello', 0, 0)",
+            [],
+        )
+        .unwrap();
     }
     let store = dir.store();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), 3);
     assert_eq!(store.chats().unwrap()[0].title, "old chat");
+    let reply = store.last_reply(ChatId(1)).unwrap().unwrap();
+    assert_eq!(
+        (reply.text.as_str(), reply.heard),
+        ("hello", None),
+        "an old reply was not cut"
+    );
     assert_eq!(store.add_fact("Upgraded").unwrap().text, "Upgraded");
 }

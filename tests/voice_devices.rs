@@ -12,24 +12,19 @@ use std::time::Duration;
 use jarvis::config::BackendKind;
 use jarvis::service::ListenMode;
 use jarvis::voice::device::{CpalSource, RodioSink};
+use jarvis::voice::fixtures;
 use jarvis::voice::pipeline::VoiceOptions;
 use jarvis::voice::pulse::Pulse;
-use jarvis::voice::{
-    models, AudioSink, Espeak, Heard, Synthesizer, VoiceLoop, VoiceParts, SAMPLE_RATE,
-};
+use jarvis::voice::{models, AudioSink, Espeak, Heard, VoiceLoop, VoiceParts};
 use jarvis::{ReplyState, Service};
 use jarvis_stub::{Script, Stub};
 use support::*;
 
 fn speech(text: &str) -> Vec<i16> {
-    let clip = Espeak::default()
-        .synthesize(text)
+    fixtures::speech(text)
         .unwrap()
-        .resampled(SAMPLE_RATE)
-        .unwrap();
-    let mut samples = clip.to_i16();
-    samples.extend(std::iter::repeat_n(0, 16_000 * 6 / 10));
-    samples
+        .then(&fixtures::silence(600))
+        .to_i16()
 }
 
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

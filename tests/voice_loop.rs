@@ -11,9 +11,10 @@ use std::time::Duration;
 use jarvis::config::BackendKind;
 use jarvis::service::{ListenMode, VoiceAttachment, VoiceStatus};
 use jarvis::store::Role;
+use jarvis::voice::fixtures::{self, cough, knock, silence};
 use jarvis::voice::pipeline::{VoiceOptions, WakeFactory};
 use jarvis::voice::{
-    models, AudioSink, Clip, Espeak, Feed, FeedSource, Heard, Recorder, Synthesizer, Transcriber,
+    models, AudioSink, Clip, Espeak, Feed, FeedSource, Heard, Recorder, Transcriber,
     UtteranceReport, VoiceLoop, VoiceParts, SAMPLE_RATE,
 };
 use jarvis::{ReplyState, Service};
@@ -43,47 +44,7 @@ fn wake() -> WakeFactory {
 
 /// What the user says, made by espeak-ng at 16 kHz.
 fn speech(text: &str) -> Clip {
-    Espeak::default()
-        .synthesize(text)
-        .and_then(|c| c.resampled(SAMPLE_RATE))
-        .expect("espeak-ng makes the fixture")
-}
-
-fn silence(ms: u64) -> Clip {
-    Clip::silence(Duration::from_millis(ms), SAMPLE_RATE)
-}
-
-/// A cough-like burst: 200 ms of loud noise that dies away.
-fn cough() -> Clip {
-    let mut seed: u32 = 7;
-    let n = SAMPLE_RATE as usize / 5;
-    let samples = (0..n)
-        .map(|i| {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            let noise = (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
-            noise * 0.6 * (1.0 - i as f32 / n as f32).powi(2)
-        })
-        .collect();
-    Clip {
-        samples,
-        rate: SAMPLE_RATE,
-    }
-}
-
-/// Three knocks on a door: short thumps 180 ms apart.
-fn knock() -> Clip {
-    let mut samples = Vec::new();
-    for _ in 0..3 {
-        for i in 0..480 {
-            let t = i as f32 / SAMPLE_RATE as f32;
-            samples.push((t * 2.0 * std::f32::consts::PI * 90.0).sin() * 0.8 * (-t * 60.0).exp());
-        }
-        samples.extend(std::iter::repeat_n(0.0, 2400));
-    }
-    Clip {
-        samples,
-        rate: SAMPLE_RATE,
-    }
+    fixtures::speech(text).expect("espeak-ng makes the fixture")
 }
 
 /// A running loop with its microphone feed, recorder and a window on the conversation.
@@ -176,6 +137,16 @@ impl Rig {
             }
             self.noise.push(report);
         }
+    }
+
+    /// Asks a question aloud; returns the reply it started (nothing else is running).
+    async fn ask(&mut self, question: &str) -> jarvis::ReplyId {
+        let heard = self.say(&speech(question)).await;
+        assert_eq!(heard.heard, Heard::Question, "{heard:?}");
+        self.until("the reply", |s| s.replying.is_some())
+            .await
+            .replying
+            .unwrap()
     }
 
     /// Says a clip that must never reach speech-to-text; returns once it has all been heard.
@@ -278,17 +249,7 @@ async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_rem
     );
     rig.stub
         .push(Script::text("Madrid is the capital of Spain."));
-    assert_eq!(
-        rig.say(&speech("What is the capital of France?"))
-            .await
-            .heard,
-        Heard::Question
-    );
-    let first = rig
-        .until("the first reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
+    let first = rig.ask("What is the capital of France?").await;
     let second = rig.say(&speech("And what is the capital of Spain?")).await;
     assert_eq!(second.heard, Heard::Question);
     let third = rig.say(&speech("How many people live in Berlin?")).await;
@@ -339,12 +300,7 @@ async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_ove
             .paced(Duration::from_millis(250)),
     );
     rig.stub.push(Script::text("It is half past three."));
-    rig.say(&speech("Tell me about Paris.")).await;
-    let reply = rig
-        .until("the reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
+    let reply = rig.ask("Tell me about Paris.").await;
     // Wait until Jarvis is speaking, then cough, knock, um, stay silent, and play its own first
     // sentence back into the microphone.
     while rig.recorder.arrivals().is_empty() {
@@ -494,12 +450,7 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
             .deltas_of(4)
             .paced(Duration::from_millis(40)),
     );
-    rig.say(&speech("Tell me about Paris.")).await;
-    let reply = rig
-        .until("the reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
+    let reply = rig.ask("Tell me about Paris.").await;
     while rig.recorder.played() < Duration::from_millis(800) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -555,17 +506,7 @@ async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodby
     rig.feed.say(&speech("Hey Jarvis.").then(&silence(700)));
     assert_eq!(rig.next_heard().await.heard, Heard::Wake);
     rig.until("awake", |s| s.awake).await;
-    assert_eq!(
-        rig.say(&speech("What is the capital of France?"))
-            .await
-            .heard,
-        Heard::Question
-    );
-    let reply = rig
-        .until("the reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
+    let reply = rig.ask("What is the capital of France?").await;
     let bye = rig.say(&speech("Thanks, that's all.")).await;
     assert_eq!(bye.heard, Heard::Goodbye, "{bye:?}");
     rig.until("the conversation to end", |s| s.chat.is_none() && !s.awake)

@@ -198,8 +198,14 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         crate::shortcut::register(app, &shortcut)?;
     }
     if voice_changed {
-        // The new speech model or threshold: a new voice loop (listening resumes as it was).
-        crate::app::start_voice(app).await;
+        // The new speech model or threshold: a new voice loop, once the voice conversation's reply
+        // (and its speech) is answered — switching never cuts one. Listening resumes as it was.
+        let app = app.clone();
+        let mut status = state.service.voice_status();
+        tauri::async_runtime::spawn(async move {
+            let _ = status.wait_for(|s| s.replying.is_none()).await;
+            crate::app::start_voice(&app).await;
+        });
     }
     let _ = app.emit("theme-changed", new_config.settings.desktop.theme);
     Ok(())

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use jarvis::voice::Synthesizer;
+use jarvis::voice::fixtures;
 use jarvis::ReplyState;
 use jarvis_stub::{Script, Stub};
 use support::*;
@@ -310,18 +310,8 @@ async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
         (app.visible("#mic").await && app.text("#listen").await == "Mic off").then_some(())
     })
     .await;
-    let question = jarvis::voice::Espeak::default()
-        .synthesize("What is the capital of France?")
-        .and_then(|c| c.resampled(jarvis::voice::SAMPLE_RATE))
-        .unwrap();
-    pulse.say(
-        &question
-            .then(&jarvis::voice::Clip::silence(
-                Duration::from_millis(800),
-                16_000,
-            ))
-            .to_i16(),
-    );
+    let question = fixtures::speech("What is the capital of France?").unwrap();
+    pulse.say(&question.then(&fixtures::silence(800)).to_i16());
     app.wait_for("the answer in the orb", |app| async move {
         (app.text("#answer").await.trim() == answer).then_some(())
     })

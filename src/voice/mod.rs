@@ -9,6 +9,7 @@
 
 pub mod audio;
 pub mod device;
+pub mod fixtures;
 pub mod heard;
 pub mod listen;
 pub mod models;

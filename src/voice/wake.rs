@@ -137,13 +137,7 @@ impl OpenWakeWord {
         }
         let input: Vec<f32> = self.raw.iter().copied().collect();
         let audio = Array2::from_shape_vec((1, input.len()), input).map_err(run_error)?;
-        let outputs = self
-            .mel
-            .run(ort::inputs![
-                TensorRef::from_array_view(&audio).map_err(run_error)?
-            ])
-            .map_err(run_error)?;
-        let (_, mel) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
+        let mel = infer(&mut self.mel, &audio)?;
         let frames: Vec<[f32; 32]> = mel
             .chunks_exact(32)
             .map(|row| {
@@ -154,7 +148,6 @@ impl OpenWakeWord {
                 out
             })
             .collect();
-        drop(outputs);
         // The last 8 frames are this step's.
         let new = frames.len().min(8);
         self.mels
@@ -164,16 +157,13 @@ impl OpenWakeWord {
         }
         let window: Vec<f32> = self.mels.iter().flatten().copied().collect();
         let mels = Array4::from_shape_vec((1, MEL_WINDOW, 32, 1), window).map_err(run_error)?;
-        let outputs = self
-            .embedding
-            .run(ort::inputs![
-                TensorRef::from_array_view(&mels).map_err(run_error)?
-            ])
-            .map_err(run_error)?;
-        let (_, embedding) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
+        let embedding = infer(&mut self.embedding, &mels)?;
         let mut e = [0.0; 96];
-        e.copy_from_slice(&embedding[..96]);
-        drop(outputs);
+        e.copy_from_slice(
+            embedding
+                .get(..96)
+                .ok_or_else(|| run_error("a short embedding"))?,
+        );
         self.embeddings.push_back(e);
         while self.embeddings.len() > EMBEDDINGS {
             self.embeddings.pop_front();
@@ -186,15 +176,23 @@ impl OpenWakeWord {
         let features: Vec<f32> = self.embeddings.iter().flatten().copied().collect();
         let features =
             ndarray::Array3::from_shape_vec((1, EMBEDDINGS, 96), features).map_err(run_error)?;
-        let outputs = self
-            .wake_word
-            .run(ort::inputs![
-                TensorRef::from_array_view(&features).map_err(run_error)?
-            ])
-            .map_err(run_error)?;
-        let (_, value) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
-        Ok(value.first().copied().unwrap_or(0.0))
+        let score = infer(&mut self.wake_word, &features)?;
+        Ok(score.first().copied().unwrap_or(0.0))
     }
+}
+
+/// Runs a one-input model; its first output's values.
+fn infer<D: ndarray::Dimension + 'static>(
+    session: &mut Session,
+    input: &ndarray::Array<f32, D>,
+) -> Result<Vec<f32>, VoiceError> {
+    let outputs = session
+        .run(ort::inputs![
+            TensorRef::from_array_view(input).map_err(run_error)?
+        ])
+        .map_err(run_error)?;
+    let (_, values) = outputs[0].try_extract_tensor::<f32>().map_err(run_error)?;
+    Ok(values.to_vec())
 }
 
 impl WakeDetector for OpenWakeWord {

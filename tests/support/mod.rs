@@ -171,15 +171,7 @@ pub async fn output(cmd: &mut tokio::process::Command) -> (i32, String, String) 
 pub fn local_model() -> PathBuf {
     let path = std::env::var("JARVIS_TEST_MODEL")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            let data = std::env::var("XDG_DATA_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| {
-                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
-                });
-            data.join("jarvis/models")
-                .join(jarvis::config::DEFAULT_MODEL)
-        });
+        .unwrap_or_else(|_| model_dir().join(jarvis::config::DEFAULT_MODEL));
     assert!(
         path.is_file(),
         "the local model {} is missing: run scripts/models",
@@ -238,13 +230,9 @@ pub fn local_service(dir: &Dir, settings: Settings) -> Service {
 
 /// The model folder `scripts/models` installs into (`JARVIS_TEST_MODELS` overrides it).
 pub fn model_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("JARVIS_TEST_MODELS") {
-        return PathBuf::from(dir);
+    match std::env::var("JARVIS_TEST_MODELS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => jarvis::config::Config::installed_model_dir(&|k| std::env::var(k).ok())
+            .expect("a home directory"),
     }
-    let data = std::env::var("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share")
-        });
-    data.join("jarvis/models")
 }
