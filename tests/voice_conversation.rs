@@ -414,3 +414,62 @@ async fn stop_reply_from_the_tray_stops_every_reply_and_the_activity_says_so() {
         "the waiting question was dropped"
     );
 }
+
+/// The last message's text of each request the stub received.
+fn last_messages(stub: &Stub) -> Vec<String> {
+    stub.received()
+        .iter()
+        .map(|r| {
+            let last = r.body["messages"].as_array().unwrap().last().unwrap();
+            last["content"].as_str().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_was_cut() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text(
+        "Paris is the capital of France. It lies on the Seine.",
+    ));
+    stub.push(Script::text("Rome is the capital of Italy."));
+    stub.push(Script::text("Madrid."));
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.voice.mode = ListenMode::HandsFree;
+    let service = service(&dir, s);
+    let mut orb = Orb::attach(&service).await;
+    service.set_listening(true).await.unwrap();
+    let first = started(service.voice_ask("Tell me about Paris.").await.unwrap());
+    orb.endings(1).await;
+    // The voice loop heard it cut after its first sentence.
+    service
+        .voice_heard(first, "Paris is the capital of France.".into())
+        .await
+        .unwrap();
+    started(service.voice_ask("And Rome?").await.unwrap());
+    orb.endings(1).await;
+    // Typed into the orb, with the microphone shut; the previous answer was heard whole.
+    service.set_listening(false).await.unwrap();
+    started(service.voice_ask("And Spain?").await.unwrap());
+    orb.endings(1).await;
+    let lasts = last_messages(&stub);
+    assert!(
+        lasts[0].contains("Interaction: spoken, hands-free"),
+        "{}",
+        lasts[0]
+    );
+    assert!(!lasts[0].contains("Previous answer"), "{}", lasts[0]);
+    assert!(
+        lasts[1].contains(
+            "Previous answer: cut off while spoken, after \"Paris is the capital of France.\"; the user did not hear the rest"
+        ),
+        "{}",
+        lasts[1]
+    );
+    assert!(
+        lasts[2].contains("Interaction: typed") && !lasts[2].contains("Previous answer"),
+        "{}",
+        lasts[2]
+    );
+}

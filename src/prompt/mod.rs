@@ -52,6 +52,55 @@ impl Mode {
     }
 }
 
+impl From<crate::service::ListenMode> for Mode {
+    fn from(mode: crate::service::ListenMode) -> Mode {
+        match mode {
+            crate::service::ListenMode::PushToTalk => Mode::PushToTalk,
+            crate::service::ListenMode::HandsFree => Mode::HandsFree,
+            crate::service::ListenMode::Wake => Mode::Wake,
+        }
+    }
+}
+
+/// Where the previous answer was cut, when it was not heard whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    /// It was spoken and cut after these words.
+    After(String),
+    /// It was cut before any word was heard.
+    BeforeAnyWord,
+    /// The previous question got no answer at all (stopped before a word was written).
+    NoAnswer,
+}
+
+impl Cut {
+    /// The cut of a previous reply, as stored: its heard prefix, else an answer stopped empty.
+    pub fn of(previous: &crate::store::Reply) -> Option<Cut> {
+        match previous.heard.as_deref().map(str::trim) {
+            Some("") => Some(Cut::BeforeAnyWord),
+            Some(prefix) => Some(Cut::After(prefix.to_string())),
+            None if previous.state == crate::store::ReplyState::Stopped
+                && previous.text.trim().is_empty() =>
+            {
+                Some(Cut::NoAnswer)
+            }
+            None => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Cut::After(prefix) => format!(
+                "Previous answer: cut off while spoken, after \"{prefix}\"; the user did not hear the rest"
+            ),
+            Cut::BeforeAnyWord => {
+                "Previous answer: cut off before any of it was heard".to_string()
+            }
+            Cut::NoAnswer => "Previous question: stopped with no answer at all".to_string(),
+        }
+    }
+}
+
 /// The user's language for day lines and the time line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Locale {
@@ -115,28 +164,55 @@ pub struct State {
     pub mode: Mode,
     /// The user's language.
     pub locale: Locale,
+    /// Where the previous answer was cut, if it was.
+    pub cut: Option<Cut>,
+    /// A question Jarvis asked and waits for the user to confirm (e.g. forgetting a fact).
+    pub pending_confirmation: Option<String>,
+    /// How many actions (tool calls) are still running.
+    pub running_actions: usize,
 }
 
 impl State {
     /// Now, typed, in the environment's locale. `JARVIS_NOW` (RFC 3339) pins the clock, so that
     /// a fixed seed at temperature 0 gives the same answer on another minute.
     pub fn typed_now() -> State {
+        State::now(Mode::Typed)
+    }
+
+    /// Now, asked in `mode`, in the environment's locale (`JARVIS_NOW` pins the clock).
+    pub fn now(mode: Mode) -> State {
         let pinned = std::env::var("JARVIS_NOW")
             .ok()
             .and_then(|t| DateTime::parse_from_rfc3339(t.trim()).ok());
         State {
             now: pinned.unwrap_or_else(|| chrono::Local::now().fixed_offset()),
-            mode: Mode::Typed,
+            mode,
             locale: Locale::from_env(),
+            cut: None,
+            pending_confirmation: None,
+            running_actions: 0,
         }
     }
 
     fn block(&self) -> String {
-        format!(
-            "{STATE_OPEN}\n{}\nInteraction: {}\n{STATE_CLOSE}",
+        let mut lines = vec![
+            STATE_OPEN.to_string(),
             self.locale.time_line(self.now),
-            self.mode.describe()
-        )
+            format!("Interaction: {}", self.mode.describe()),
+        ];
+        if let Some(cut) = &self.cut {
+            lines.push(cut.describe());
+        }
+        if let Some(question) = &self.pending_confirmation {
+            lines.push(format!(
+                "Waiting for the user to confirm: {question} (their answer to this is yes or no)"
+            ));
+        }
+        if self.running_actions > 0 {
+            lines.push(format!("Actions still running: {}", self.running_actions));
+        }
+        lines.push(STATE_CLOSE.to_string());
+        lines.join("\n")
     }
 }
 
@@ -299,6 +375,9 @@ mod tests {
             now: at("2026-09-24T14:05:00+02:00"),
             mode: Mode::Typed,
             locale,
+            cut: None,
+            pending_confirmation: None,
+            running_actions: 0,
         }
     }
 
@@ -415,5 +494,102 @@ mod tests {
             "{system}"
         );
         assert!(system_prompt(&facts, " ").contains("About the user:"));
+    }
+
+    fn last_block(state: &State) -> String {
+        let history = [
+            rec(
+                Role::User,
+                "Tell me about Paris.",
+                "2026-09-24T14:00:00+02:00",
+            ),
+            rec(
+                Role::Assistant,
+                "Paris is the capital of France. It lies on the Seine.",
+                "2026-09-24T14:00:05+02:00",
+            ),
+            rec(Role::User, "And Rome?", "2026-09-24T14:05:00+02:00"),
+        ];
+        let req = build_request(&history, system_prompt(&[], ""), state, "m", 100);
+        let last = req.messages.last().unwrap().content.clone();
+        assert_eq!(
+            req.messages
+                .iter()
+                .filter(|m| m.content.contains(STATE_OPEN))
+                .count(),
+            1,
+            "one state block, on the last user message"
+        );
+        last
+    }
+
+    #[test]
+    fn a_cut_answer_is_told_with_its_heard_prefix_before_any_word_or_with_no_answer() {
+        let mut s = state(Locale::English);
+        s.mode = Mode::HandsFree;
+        s.cut = Some(Cut::After("Paris is the capital of France.".into()));
+        assert_eq!(
+            last_block(&s),
+            "[Current state | provided by the app, not said by the user]\n\
+             Local time: Thursday 24 September 2026, 14:05 (UTC+02:00)\n\
+             Interaction: spoken, hands-free\n\
+             Previous answer: cut off while spoken, after \"Paris is the capital of France.\"; the user did not hear the rest\n\
+             [End of current state]\n\nAnd Rome?"
+        );
+        s.cut = Some(Cut::BeforeAnyWord);
+        assert!(last_block(&s).contains("\nPrevious answer: cut off before any of it was heard\n"));
+        s.cut = Some(Cut::NoAnswer);
+        assert!(last_block(&s).contains("\nPrevious question: stopped with no answer at all\n"));
+        s.cut = None;
+        assert!(
+            !last_block(&s).contains("Previous"),
+            "heard whole: nothing said"
+        );
+    }
+
+    #[test]
+    fn a_pending_confirmation_and_running_actions_are_in_the_state_block() {
+        let mut s = state(Locale::English);
+        s.pending_confirmation = Some("Forget \"my dog is called Bruno\"?".into());
+        s.running_actions = 2;
+        let last = last_block(&s);
+        assert!(
+            last.contains("\nWaiting for the user to confirm: Forget \"my dog is called Bruno\"? (their answer to this is yes or no)\nActions still running: 2\n[End of current state]"),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn the_cut_of_a_stored_reply() {
+        use crate::store::{Reply, ReplyId, ReplyState};
+        let reply = |state, text: &str, heard: Option<&str>| Reply {
+            id: ReplyId(1),
+            chat: ChatId(1),
+            question: RecordId(1),
+            state,
+            text: text.into(),
+            reason: None,
+            started_at: 0,
+            ended_at: None,
+            heard: heard.map(str::to_string),
+        };
+        assert_eq!(Cut::of(&reply(ReplyState::Done, "All of it.", None)), None);
+        assert_eq!(
+            Cut::of(&reply(ReplyState::Done, "All. Of it.", Some("All."))),
+            Some(Cut::After("All.".into()))
+        );
+        assert_eq!(
+            Cut::of(&reply(ReplyState::Stopped, "Some", Some(""))),
+            Some(Cut::BeforeAnyWord)
+        );
+        assert_eq!(
+            Cut::of(&reply(ReplyState::Stopped, "", None)),
+            Some(Cut::NoAnswer)
+        );
+        assert_eq!(
+            Cut::of(&reply(ReplyState::Stopped, "Half", None)),
+            None,
+            "typed and stopped: its text is in the history"
+        );
     }
 }

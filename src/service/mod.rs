@@ -24,6 +24,7 @@ pub use voice::{
 
 use crate::config::{RetrySettings, Settings};
 use crate::llm::Backend;
+use crate::prompt::Mode;
 use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError};
 use events::ReplyLog;
 use voice::Voice;
@@ -538,10 +539,10 @@ impl Actor {
                 text,
                 respond,
             } => {
-                let _ = respond.send(self.ask(chat, Some(text)).await);
+                let _ = respond.send(self.ask(chat, Some(text), Mode::Typed).await);
             }
             Command::Retry { chat, respond } => {
-                let _ = respond.send(self.ask(chat, None).await);
+                let _ = respond.send(self.ask(chat, None, Mode::Typed).await);
             }
             Command::Attach { chat, respond } => {
                 let _ = respond.send(self.attach(chat).await);
@@ -705,7 +706,7 @@ impl Actor {
             }
         });
         while let Some(next) = self.voice.queue.pop_front() {
-            match self.ask(chat, Some(next.text)).await {
+            match self.ask(chat, Some(next.text), next.mode).await {
                 Ok(reply) => {
                     self.voice.update(|s| s.replying = Some(reply));
                     return;
@@ -735,11 +736,14 @@ impl Actor {
             }
             let id = self.voice.next_id;
             self.voice.next_id += 1;
-            self.voice.queue.push_back(WaitingQuestion { id, text });
+            let mode = self.voice_mode();
+            self.voice
+                .queue
+                .push_back(WaitingQuestion { id, text, mode });
             self.voice.update(|_| {});
             return Ok(VoiceTicket::Queued { id });
         }
-        let reply = self.ask(chat, Some(text)).await?;
+        let reply = self.ask(chat, Some(text), self.voice_mode()).await?;
         self.voice.update(|s| {
             s.replying = Some(reply);
             s.answered_away = None;
@@ -854,7 +858,23 @@ impl Actor {
     }
 
     /// Starts a reply: to a new question (`Some(text)`) or again to the last one (`None`).
-    async fn ask(&mut self, chat: ChatId, text: Option<String>) -> Result<ReplyId, AskError> {
+    /// How a question put to the voice conversation now was asked: spoken in its listening mode
+    /// while the microphone is open, else typed into the orb.
+    fn voice_mode(&self) -> Mode {
+        let status = self.voice.status.borrow();
+        if status.listening {
+            status.mode.into()
+        } else {
+            Mode::Typed
+        }
+    }
+
+    async fn ask(
+        &mut self,
+        chat: ChatId,
+        text: Option<String>,
+        mode: Mode,
+    ) -> Result<ReplyId, AskError> {
         self.chat_state(chat).await?;
         if self.replying(chat).is_some() {
             return Err(AskError::Busy(chat));
@@ -909,6 +929,7 @@ impl Actor {
             log: log.clone(),
             options: self.options.clone(),
             done,
+            mode,
         };
         let state = self.chat_state(chat).await?;
         state.hub.send_replace(Some(log.clone()));

@@ -25,6 +25,8 @@ pub(crate) struct ReplyJob {
     pub log: Arc<ReplyLog>,
     pub options: ServiceOptions,
     pub done: mpsc::Sender<Command>,
+    /// How the question was asked.
+    pub mode: crate::prompt::Mode,
 }
 
 /// How a reply ended.
@@ -129,15 +131,24 @@ impl ReplyJob {
         self.log.push(Event::Running { reply: self.reply });
         let question = self.question;
         let store = self.store.clone();
-        let (history, facts) =
-            match blocking(move || Ok((store.history(question)?, store.facts()?))).await {
-                Ok(found) => found,
-                Err(err) => return Outcome::failed(err),
-            };
+        let (history, facts, previous) = match blocking(move || {
+            Ok((
+                store.history(question)?,
+                store.facts()?,
+                store.reply_before(question)?,
+            ))
+        })
+        .await
+        {
+            Ok(found) => found,
+            Err(err) => return Outcome::failed(err),
+        };
+        let mut state = crate::prompt::State::now(self.mode);
+        state.cut = previous.as_ref().and_then(crate::prompt::Cut::of);
         let request = crate::prompt::build_request(
             &history,
             crate::prompt::system_prompt(&facts, &self.options.user_name),
-            &crate::prompt::State::typed_now(),
+            &state,
             self.backend.model(),
             self.backend.max_tokens(),
         );

@@ -36,6 +36,13 @@ pub struct WaitingQuestion {
     pub id: u64,
     /// What was asked.
     pub text: String,
+    /// How it was asked.
+    #[serde(skip, default = "typed")]
+    pub mode: crate::prompt::Mode,
+}
+
+fn typed() -> crate::prompt::Mode {
+    crate::prompt::Mode::Typed
 }
 
 /// What a window shows of the voice conversation.

@@ -610,6 +610,23 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The latest reply to a question asked before `question` in its chat: where the previous
+    /// answer stands when `question` is asked.
+    pub fn reply_before(&self, question: RecordId) -> Result<Option<Reply>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!(
+                    "SELECT {REPLY_COLUMNS} FROM replies
+                     WHERE chat_id = (SELECT chat_id FROM records WHERE id = ?1) AND question_id < ?1
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![question.0],
+                reply_from_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// Keeps how much of a reply's spoken answer was played before it was cut.
     pub fn set_heard(&self, reply: ReplyId, prefix: &str) -> Result<(), StoreError> {
         self.lock()
