@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod llm;
+pub mod memory;
 pub mod onnx;
 pub mod prompt;
 pub mod service;

@@ -531,6 +531,8 @@ async fn stream_reply(
                 stdout.flush()?;
             }
             Some(Event::Waiting { message, .. }) => eprintln!("{message}"),
+            // What Jarvis is doing ("Remembering…") goes to stderr, beside the answer.
+            Some(Event::Action { label, .. }) => eprintln!("({label})"),
             Some(Event::Retrying {
                 attempt,
                 wait_ms,

@@ -54,10 +54,26 @@ pub fn body(request: &Request) -> Value {
         .messages
         .iter()
         .map(|m| {
-            json!({
-                "role": match m.role { MessageRole::User => "user", MessageRole::Assistant => "assistant" },
-                "content": m.content,
-            })
+            let role = match m.role {
+                MessageRole::User => "user",
+                MessageRole::Assistant => "assistant",
+            };
+            if m.tool_calls.is_empty() && m.tool_results.is_empty() {
+                return json!({"role": role, "content": m.content});
+            }
+            // Content blocks: results first (they answer the previous turn), then text, then calls.
+            let mut blocks: Vec<Value> = m
+                .tool_results
+                .iter()
+                .map(|r| json!({"type": "tool_result", "tool_use_id": r.id, "content": r.content, "is_error": r.is_error}))
+                .collect();
+            if !m.content.is_empty() {
+                blocks.push(json!({"type": "text", "text": m.content}));
+            }
+            blocks.extend(m.tool_calls.iter().map(
+                |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}),
+            ));
+            json!({"role": role, "content": blocks})
         })
         .collect();
     let mut body = json!({

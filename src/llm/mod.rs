@@ -35,6 +35,47 @@ pub struct Message {
     pub role: MessageRole,
     /// What.
     pub content: String,
+    /// The tools the model called in this (assistant) message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The results of those calls, in this (user) message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ToolResult>,
+}
+
+impl Message {
+    /// A message of text alone.
+    pub fn text(role: MessageRole, content: impl Into<String>) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_results: Vec::new(),
+        }
+    }
+}
+
+/// A call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for it.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its arguments (a JSON object).
+    pub arguments: Value,
+}
+
+/// What a call gave back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The call's id.
+    pub id: String,
+    /// The result, as text for the model.
+    pub content: String,
+    /// Whether the call failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
 }
 
 /// A tool the model may call.

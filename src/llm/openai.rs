@@ -56,12 +56,33 @@ pub fn url(base_url: &str) -> String {
 /// The request body for chat completions, with the settings' sampling where they give one.
 pub fn body(request: &Request, settings: &OpenAiSettings) -> Value {
     let mut messages = vec![json!({"role": "system", "content": request.system})];
-    messages.extend(request.messages.iter().map(|m| {
-        json!({
-            "role": match m.role { MessageRole::User => "user", MessageRole::Assistant => "assistant" },
-            "content": m.content,
-        })
-    }));
+    for m in &request.messages {
+        // Results go back as one "tool" message per call, before any text of the same turn.
+        for r in &m.tool_results {
+            messages.push(json!({"role": "tool", "tool_call_id": r.id, "content": r.content}));
+        }
+        let role = match m.role {
+            MessageRole::User => "user",
+            MessageRole::Assistant => "assistant",
+        };
+        if m.tool_calls.is_empty() {
+            if !m.content.is_empty() || m.tool_results.is_empty() {
+                messages.push(json!({"role": role, "content": m.content}));
+            }
+        } else {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.to_string()}}))
+                .collect();
+            let content = if m.content.is_empty() {
+                Value::Null
+            } else {
+                json!(m.content)
+            };
+            messages.push(json!({"role": role, "content": content, "tool_calls": calls}));
+        }
+    }
     let mut body = json!({
         "model": request.model,
         "messages": messages,

@@ -307,7 +307,7 @@ pub fn build_request(
             last.content.push_str("\n\n");
             last.content.push_str(&content);
         }
-        _ => messages.push(Message { role, content }),
+        _ => messages.push(Message::text(role, content)),
     };
     let mut day_line = |record: &Record, text: String| {
         let day = day_of(record);
@@ -431,7 +431,10 @@ mod tests {
                 ),
             ]
         );
-        assert!(!req.system.contains("About"), "no profile without facts");
+        assert!(
+            !req.system.contains("\n\nAbout "),
+            "no profile without facts"
+        );
         // The state block is on the last user message only.
         assert_eq!(
             req.messages

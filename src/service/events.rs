@@ -47,6 +47,15 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// The model called a tool; the UI shows `label` ("Remembering…") until more text comes.
+    Action {
+        /// The reply.
+        reply: ReplyId,
+        /// The tool.
+        tool: String,
+        /// What to show.
+        label: String,
+    },
     /// A piece of the reply's text.
     Delta {
         /// The reply.
@@ -74,6 +83,7 @@ impl Event {
             | Event::Running { reply }
             | Event::Retrying { reply, .. }
             | Event::Delta { reply, .. }
+            | Event::Action { reply, .. }
             | Event::ReplyEnded { reply, .. } => *reply,
         }
     }

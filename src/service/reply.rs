@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Event, ReplyLog, WAITING_MESSAGE};
 use super::{blocking, Command, ServiceOptions};
-use crate::llm::{self, Backend, Guarded, LlmEvent, StopReason};
+use crate::llm::{self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall};
+use crate::memory;
 use crate::store::{ChatId, RecordId, ReplyId, ReplyState, Store, LEASE};
 
 pub(crate) struct ReplyJob {
@@ -129,62 +130,157 @@ impl ReplyJob {
 
     async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
         self.log.push(Event::Running { reply: self.reply });
-        let question = self.question;
+        let (question, chat) = (self.question, self.chat);
         let store = self.store.clone();
-        let (history, facts, previous) = match blocking(move || {
-            Ok((
-                store.history(question)?,
-                store.facts()?,
-                store.reply_before(question)?,
-            ))
+        let prepared = blocking(move || {
+            let history = store.history(question)?;
+            // A confirmation pending in this chat is resolved by this message: "yes" forgets
+            // the fact before the profile is read; anything else keeps it.
+            let pending = store.confirmation(chat)?;
+            if pending.is_some() {
+                let answer = history.last().map(|r| r.text.as_str()).unwrap_or_default();
+                store.resolve_confirmation(chat, memory::says_yes(answer))?;
+            }
+            let previous = store.reply_before(question)?;
+            Ok((history, store.facts()?, previous, pending.map(|(_, q)| q)))
         })
-        .await
-        {
+        .await;
+        let (history, facts, previous, pending) = match prepared {
             Ok(found) => found,
             Err(err) => return Outcome::failed(err),
         };
         let mut state = crate::prompt::State::now(self.mode);
         state.cut = previous.as_ref().and_then(crate::prompt::Cut::of);
-        let request = crate::prompt::build_request(
+        state.pending_confirmation = pending;
+        let mut request = crate::prompt::build_request(
             &history,
             crate::prompt::system_prompt(&facts, &self.options.user_name),
             &state,
             self.backend.model(),
             self.backend.max_tokens(),
         );
+        request.tools = memory::tools();
+
+        // Progress goes to a writer task so a slow disk never holds up the stream.
+        let (progress, writer) = progress_writer(self.store.clone(), self.reply);
+        let mut progress = Progress {
+            tx: progress,
+            saved_at: Instant::now(),
+            dirty: false,
+        };
+        let mut outcome = Outcome::failed("the model kept calling tools");
+        for round in 0..MAX_ROUNDS {
+            if round + 1 == MAX_ROUNDS {
+                // The last round must answer in words.
+                request.tools.clear();
+            }
+            match self.round(&request, text, &mut progress).await {
+                Round::Ended(ended) => {
+                    outcome = ended;
+                    break;
+                }
+                Round::Calls { text: said, calls } => {
+                    for call in &calls {
+                        self.log.push(Event::Action {
+                            reply: self.reply,
+                            tool: call.name.clone(),
+                            label: memory::label(&call.name).to_string(),
+                        });
+                    }
+                    let (store, chat, run) = (self.store.clone(), self.chat, calls.clone());
+                    let results = match tokio::task::spawn_blocking(move || {
+                        run.iter()
+                            .map(|call| memory::run(&store, chat, call))
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+                    {
+                        Ok(results) => results,
+                        Err(err) => {
+                            outcome = Outcome::failed(format!("a tool failed: {err}"));
+                            break;
+                        }
+                    };
+                    tracing::debug!(round, calls = calls.len(), "tool round");
+                    let mut asked = Message::text(MessageRole::Assistant, said);
+                    asked.tool_calls = calls;
+                    let mut answered = Message::text(MessageRole::User, "");
+                    answered.tool_results = results;
+                    request.messages.push(asked);
+                    request.messages.push(answered);
+                }
+            }
+        }
+        drop(progress);
+        if writer.await.is_err() {
+            tracing::warn!("the progress writer ended abnormally");
+        }
+        outcome
+    }
+
+    /// One request to the backend: its text streams into `text`; it ends with an outcome, or with
+    /// the tools the model called.
+    async fn round(
+        &self,
+        request: &llm::Request,
+        text: &mut String,
+        progress: &mut Progress,
+    ) -> Round {
         let stream = llm::guarded(
             self.backend.clone(),
-            request,
+            request.clone(),
             self.options.retry.clone(),
             self.options.first_token,
         );
         futures::pin_mut!(stream);
-
-        // Progress goes to a writer task so a slow disk never holds up the stream.
-        let (progress, writer) = progress_writer(self.store.clone(), self.reply);
-        let mut saved_at = Instant::now();
-        let mut dirty = false;
         let mut heartbeat = tokio::time::interval(LEASE / 3);
         let mut cut_at_limit = false;
-        let outcome = loop {
-            let flush_at = saved_at + self.options.progress;
+        let mut said = String::new();
+        // By the provider's index (Anthropic counts the text block too).
+        let mut calls: std::collections::BTreeMap<usize, (String, String, String)> =
+            Default::default();
+        loop {
+            let flush_at = progress.saved_at + self.options.progress;
             tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => break Outcome::stopped(),
+                _ = self.cancel.cancelled() => return Round::Ended(Outcome::stopped()),
                 item = stream.next() => match item {
-                    None => break Outcome {
+                    None if !calls.is_empty() => {
+                        let calls = calls
+                            .into_values()
+                            .map(|(id, name, args)| ToolCall {
+                                id,
+                                name,
+                                arguments: serde_json::from_str(&args).unwrap_or_else(|_| serde_json::json!({})),
+                            })
+                            .collect();
+                        return Round::Calls { text: said, calls };
+                    }
+                    None => return Round::Ended(Outcome {
                         state: ReplyState::Done,
                         reason: cut_at_limit.then(|| "the answer was cut off at the token limit".to_string()),
-                    },
+                    }),
                     Some(Ok(Guarded::Event(LlmEvent::TextDelta { text: delta }))) => {
+                        let mut delta = delta;
+                        if said.is_empty() && !text.is_empty() && !text.ends_with(char::is_whitespace) {
+                            // A new round's words start a new paragraph of the same reply.
+                            delta.insert_str(0, "\n\n");
+                        }
+                        said.push_str(delta.trim_start_matches('\n'));
                         text.push_str(&delta);
                         let sentence = ends_sentence(&delta);
                         self.log.push(Event::Delta { reply: self.reply, text: delta });
-                        dirty = true;
-                        if sentence || saved_at.elapsed() >= self.options.progress {
-                            progress.send_replace(text.clone());
-                            saved_at = Instant::now();
-                            dirty = false;
+                        progress.dirty = true;
+                        if sentence || progress.saved_at.elapsed() >= self.options.progress {
+                            progress.save(text);
+                        }
+                    }
+                    Some(Ok(Guarded::Event(LlmEvent::ToolCallStart { index, id, name }))) => {
+                        calls.insert(index, (id, name, String::new()));
+                    }
+                    Some(Ok(Guarded::Event(LlmEvent::ToolCallArgs { index, fragment }))) => {
+                        if let Some(call) = calls.get_mut(&index) {
+                            call.2.push_str(&fragment);
                         }
                     }
                     Some(Ok(Guarded::Event(LlmEvent::Stop { reason }))) => {
@@ -201,24 +297,39 @@ impl ReplyJob {
                             reason,
                         });
                     }
-                    Some(Err(err)) => break Outcome::failed(err),
+                    Some(Err(err)) => return Round::Ended(Outcome::failed(err)),
                 },
-                _ = tokio::time::sleep_until(flush_at), if dirty => {
-                    progress.send_replace(text.clone());
-                    saved_at = Instant::now();
-                    dirty = false;
-                }
+                _ = tokio::time::sleep_until(flush_at), if progress.dirty => progress.save(text),
                 _ = heartbeat.tick() => {
                     // Saving the same text renews the lease, so a long first-token wait stays ours.
-                    progress.send_replace(text.clone());
+                    progress.tx.send_replace(text.clone());
                 }
             }
-        };
-        drop(progress);
-        if writer.await.is_err() {
-            tracing::warn!("the progress writer ended abnormally");
         }
-        outcome
+    }
+}
+
+/// The most requests one reply makes when the model calls tools.
+const MAX_ROUNDS: usize = 8;
+
+/// How a round ended.
+enum Round {
+    Ended(Outcome),
+    Calls { text: String, calls: Vec<ToolCall> },
+}
+
+/// The reply's text on its way to the store.
+struct Progress {
+    tx: watch::Sender<String>,
+    saved_at: Instant,
+    dirty: bool,
+}
+
+impl Progress {
+    fn save(&mut self, text: &str) {
+        self.tx.send_replace(text.to_string());
+        self.saved_at = Instant::now();
+        self.dirty = false;
     }
 }
 

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_chats_records_replies.sql"),
     include_str!("../../migrations/0002_facts.sql"),
     include_str!("../../migrations/0003_heard_prefix.sql"),
+    include_str!("../../migrations/0004_confirmations.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -780,6 +781,73 @@ impl Store {
             return Err(StoreError::NoSuchFact(id));
         }
         Ok(())
+    }
+
+    /// Asks the user of `chat` to confirm forgetting `fact` (replacing any question pending there).
+    pub fn set_confirmation(
+        &self,
+        chat: ChatId,
+        fact: i64,
+        question: &str,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT INTO confirmations (chat_id, fact_id, question, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (chat_id) DO UPDATE SET fact_id = ?2, question = ?3, created_at = ?4",
+                params![chat.0, fact, question, now_ms()],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// The confirmation pending in `chat`, if any: the fact's id and the question asked.
+    pub fn confirmation(&self, chat: ChatId) -> Result<Option<(i64, String)>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT fact_id, question FROM confirmations WHERE chat_id = ?1",
+                [chat.0],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Ends the confirmation pending in `chat`; with `confirmed`, forgets its fact. Returns the
+    /// fact forgotten, if one was.
+    pub fn resolve_confirmation(
+        &self,
+        chat: ChatId,
+        confirmed: bool,
+    ) -> Result<Option<Fact>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let pending: Option<i64> = tx
+            .query_row(
+                "SELECT fact_id FROM confirmations WHERE chat_id = ?1",
+                [chat.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let mut forgotten = None;
+        if let Some(fact) = pending {
+            tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
+                .map_err(|e| self.err(e))?;
+            if confirmed {
+                forgotten = tx
+                    .query_row(
+                        "SELECT id, text, created_at, updated_at FROM facts WHERE id = ?1",
+                        [fact],
+                        fact_from_row,
+                    )
+                    .optional()
+                    .map_err(|e| self.err(e))?;
+                tx.execute("DELETE FROM facts WHERE id = ?1", [fact])
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(forgotten)
     }
 
     /// All facts, oldest first.

@@ -67,6 +67,10 @@ export function applyEvent(view: ChatView, event: ReplyEvent): { view: ChatView;
         retrying: `${event.reason} — trying again in ${Math.ceil(event.wait_ms / 1000)} s (attempt ${event.attempt})`,
       };
       break;
+    case "action":
+      // What Jarvis is doing ("Remembering…") shows until its next words arrive.
+      next = { ...live, state: "running", waiting: event.label };
+      break;
     case "delta":
       next = { ...live, state: "running", text: live.text + event.text, waiting: null, retrying: null };
       break;

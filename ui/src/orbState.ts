@@ -67,6 +67,7 @@ export function applyOrbEvent(view: OrbView, event: ReplyEvent): OrbView {
     case "running":
       return { ...view, state: "running" };
     case "retrying":
+    case "action":
       return view;
     case "delta":
       return { ...view, state: "running", text: view.text + event.text };

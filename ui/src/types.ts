@@ -29,6 +29,7 @@ export type ReplyEvent =
   | { type: "waiting"; reply: number; message: string }
   | { type: "running"; reply: number }
   | { type: "retrying"; reply: number; attempt: number; wait_ms: number; reason: string }
+  | { type: "action"; reply: number; tool: string; label: string }
   | { type: "delta"; reply: number; text: string }
   | { type: "reply_ended"; reply: number; state: ReplyState; reason: string | null };
 

@@ -34,6 +34,19 @@ describe("the chat view", () => {
     expect(composerBlock(view)).toBeNull();
   });
 
+  it("says what Jarvis is doing while it calls a tool, until its next words", () => {
+    const start = { ...emptyView(1), records: [question] };
+    let { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "running", reply: 5 },
+      { type: "action", reply: 5, tool: "remember_fact", label: "Remembering…" },
+    ]);
+    expect(view.live?.waiting).toBe("Remembering…");
+    ({ view } = run(view, [{ type: "delta", reply: 5, text: "Noted." }]));
+    expect(view.live?.waiting).toBeNull();
+    expect(messages(view).at(-1)?.text).toBe("Noted.");
+  });
+
   it("shows a replayed reply once, in place of its stored answer", () => {
     const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
     const start = { ...emptyView(1), records: [question, answer] };

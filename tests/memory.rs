@@ -1,0 +1,223 @@
+//! Memory across chats through the tools, against the stub scripted to call them, on both wire
+//! formats: remember stores at once and the next chat's profile has it; forget asks first and
+//! deletes only after "yes"; several matches and none go back to the model as results.
+
+mod support;
+
+use jarvis::config::BackendKind;
+use jarvis::{Event, ReplyState, Service};
+use jarvis_stub::{Script, Stub};
+use serde_json::Value;
+use support::*;
+
+/// Asks in a new chat (or `chat`) and reads the reply to its end.
+async fn ask(
+    service: &Service,
+    chat: Option<jarvis::ChatId>,
+    text: &str,
+) -> (jarvis::ChatId, Vec<Event>) {
+    let chat = match chat {
+        Some(chat) => chat,
+        None => service.new_chat(None).await.unwrap().id,
+    };
+    let reply = service.ask(chat, text).await.unwrap();
+    let mut attachment = service.attach(chat).await.unwrap();
+    (chat, until_end(&mut attachment, reply).await)
+}
+
+fn system_of(body: &Value) -> String {
+    match body["system"].as_str() {
+        Some(system) => system.to_string(),
+        // OpenAI: the first message.
+        None => body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    }
+}
+
+/// The text of every tool result in a request body, either wire format.
+fn tool_results(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in body["messages"].as_array().unwrap() {
+        if m["role"] == "tool" {
+            out.push(m["content"].as_str().unwrap_or_default().to_string());
+        }
+        if let Some(blocks) = m["content"].as_array() {
+            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
+                out.push(b["content"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    out
+}
+
+fn last_user_text(body: &Value) -> String {
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn remember_then_recall(kind: BackendKind) {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("I'll remember that.").tool_call(
+        "call_1",
+        "remember_fact",
+        r#"{"fact": "The user's dog is called Bruno."}"#,
+    ));
+    stub.push(Script::text(
+        "Done: I will remember that your dog is called Bruno.",
+    ));
+    stub.push(Script::text("Bruno, of course."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(kind, &stub));
+
+    let (_, events) = ask(&service, None, "Remember that my dog is called Bruno.").await;
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Action { label, .. } if label == "Remembering…")),
+        "the UI is told: {events:?}"
+    );
+    assert_eq!(
+        text_of(&events),
+        "I'll remember that.\n\nDone: I will remember that your dog is called Bruno."
+    );
+    let facts = dir.store().facts().unwrap();
+    assert_eq!(facts.len(), 1);
+    assert_eq!(facts[0].text, "The user's dog is called Bruno.");
+    let received = stub.received();
+    assert_eq!(
+        received.len(),
+        2,
+        "the tool's result went back in a second request"
+    );
+    assert!(
+        received[0].body["tools"]
+            .as_array()
+            .is_some_and(|t| t.len() == 2),
+        "both tools offered"
+    );
+    assert_eq!(
+        tool_results(&received[1].body),
+        [r#"Stored: "The user's dog is called Bruno.""#]
+    );
+
+    // A new chat: the fact is in the profile the model sees.
+    ask(&service, None, "What is my dog called?").await;
+    let system = system_of(&stub.received()[2].body);
+    assert!(
+        system.contains("\n- The user's dog is called Bruno."),
+        "{system}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_remembered_in_one_chat_is_in_the_next_chats_profile_anthropic() {
+    remember_then_recall(BackendKind::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fact_remembered_in_one_chat_is_in_the_next_chats_profile_openai() {
+    remember_then_recall(BackendKind::Openai).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forget_asks_first_and_the_fact_is_gone_only_after_yes() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let store = dir.store();
+    store.add_fact("My dog is called Bruno.").unwrap();
+    store.add_fact("I live in Lyon.").unwrap();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    let forget = || {
+        Script::text("").tool_call(
+            "call_f",
+            "forget_fact",
+            r#"{"query": "dog is called Bruno"}"#,
+        )
+    };
+    stub.push(forget());
+    stub.push(Script::text(
+        "Shall I forget that your dog is called Bruno?",
+    ));
+    stub.push(Script::text("All right, I'll keep it."));
+    let (chat, _) = ask(&service, None, "Forget that my dog is called Bruno.").await;
+    let results = tool_results(&stub.received()[1].body);
+    assert!(results[0].contains("NOT forgotten yet"), "{results:?}");
+    assert_eq!(
+        store.facts().unwrap().len(),
+        2,
+        "nothing deleted before the user answers"
+    );
+    assert!(store.confirmation(chat).unwrap().is_some());
+    // "No": the question was live when they answered; the fact stays.
+    ask(&service, Some(chat), "No, keep it.").await;
+    let last = last_user_text(&stub.received()[2].body);
+    assert!(
+        last.contains("Waiting for the user to confirm: Forget \"My dog is called Bruno.\"?"),
+        "{last}"
+    );
+    assert_eq!(store.facts().unwrap().len(), 2);
+    assert!(
+        store.confirmation(chat).unwrap().is_none(),
+        "answered: no longer pending"
+    );
+
+    // Asked again, and this time "yes".
+    stub.push(forget());
+    stub.push(Script::text(
+        "Shall I forget that your dog is called Bruno?",
+    ));
+    stub.push(Script::text("Forgotten."));
+    ask(&service, Some(chat), "Please forget my dog's name.").await;
+    ask(&service, Some(chat), "Yes.").await;
+    let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+    assert_eq!(facts, ["I live in Lyon."]);
+    let system = system_of(&stub.received().last().unwrap().body);
+    assert!(
+        !system.contains("Bruno"),
+        "the answer to yes no longer sees the fact: {system}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forget_with_several_matches_returns_the_list_and_with_none_says_nothing_matched() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let store = dir.store();
+    store.add_fact("My dog is called Bruno.").unwrap();
+    store.add_fact("My cat is called Tom.").unwrap();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    stub.push(Script::text("").tool_call("c1", "forget_fact", r#"{"query": "called"}"#));
+    stub.push(Script::text("Which one: Bruno or Tom?"));
+    stub.push(Script::text("").tool_call("c2", "forget_fact", r#"{"query": "my parrot"}"#));
+    stub.push(Script::text("I had nothing about a parrot."));
+    let (chat, _) = ask(&service, None, "Forget what they are called.").await;
+    let several = tool_results(&stub.received()[1].body);
+    assert!(
+        several[0].contains("Several facts match")
+            && several[0].contains("- My dog is called Bruno.")
+            && several[0].contains("- My cat is called Tom."),
+        "{several:?}"
+    );
+    let (_, events) = ask(&service, Some(chat), "Forget my parrot.").await;
+    assert_eq!(
+        ending(&events).0,
+        ReplyState::Done,
+        "no match is not an error"
+    );
+    let none = tool_results(&stub.received()[3].body);
+    assert_eq!(
+        none.last().unwrap(),
+        "No stored fact matches \"my parrot\"; nothing was forgotten."
+    );
+    assert_eq!(store.facts().unwrap().len(), 2);
+    assert!(
+        store.confirmation(chat).unwrap().is_none(),
+        "nothing to confirm"
+    );
+}
