@@ -194,10 +194,7 @@ async fn jarvis_path(path: &Path, server: &Path) -> Figures {
         model: backend.model().to_string(),
         max_tokens: 128,
     };
-    let user = |text: String| Message {
-        role: MessageRole::User,
-        content: text,
-    };
+    let user = |text: String| Message::text(MessageRole::User, text);
 
     // Start the server and warm it up (this also caches the system prompt, as in real use).
     let (_, _, _, warm) = measure(backend.as_ref(), request(vec![user("Hello.".into())])).await;
@@ -221,10 +218,7 @@ async fn jarvis_path(path: &Path, server: &Path) -> Figures {
         decode.push(rate);
         let follow = vec![
             user(question),
-            Message {
-                role: MessageRole::Assistant,
-                content: answer,
-            },
+            Message::text(MessageRole::Assistant, answer),
             user("Which place in the story opens early?".into()),
         ];
         let (ttft, _, _, _) = measure(backend.as_ref(), request(follow)).await;
