@@ -2,6 +2,9 @@
 //! `remember_fact` stores at once (a stored fact is harmless and easy to remove), `forget_fact`
 //! finds the fact and asks the user to confirm before anything is deleted.
 
+pub mod embed;
+pub mod recall;
+
 use serde_json::{json, Value};
 
 use crate::llm::{ToolCall, ToolResult, ToolSpec};

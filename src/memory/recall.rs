@@ -1,0 +1,168 @@
+//! The summaries' vectors, held in memory for recall: a brute-force scan, which the benchmark
+//! shows is fast enough at this scale once the vectors are contiguous and 8-bit.
+
+use super::embed::DIMENSIONS;
+
+/// Every stored summary's vector, quantised to i8 with a per-vector scale, in one flat array.
+#[derive(Debug, Default, Clone)]
+pub struct SummaryIndex {
+    ids: Vec<i64>,
+    scales: Vec<f32>,
+    values: Vec<i8>,
+}
+
+/// Quantises a unit vector: each value to i8 against its largest magnitude.
+fn quantise(v: &[f32]) -> (f32, Vec<i8>) {
+    let max = v
+        .iter()
+        .fold(0.0_f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let scale = max / 127.0;
+    (
+        scale,
+        v.iter()
+            .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+            .collect(),
+    )
+}
+
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    // Chunks of 16 with independent lanes let the compiler vectorise the loop.
+    let mut lanes = [0_i32; 16];
+    for (ca, cb) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+        for i in 0..16 {
+            lanes[i] += i32::from(ca[i]) * i32::from(cb[i]);
+        }
+    }
+    let mut sum: i32 = lanes.iter().sum();
+    let tail = a.len() / 16 * 16;
+    for (x, y) in a[tail..].iter().zip(&b[tail..]) {
+        sum += i32::from(*x) * i32::from(*y);
+    }
+    sum
+}
+
+impl SummaryIndex {
+    /// An empty index.
+    pub fn new() -> SummaryIndex {
+        SummaryIndex::default()
+    }
+
+    /// How many vectors it holds.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Adds or replaces the vector of `id` (a chat).
+    pub fn upsert(&mut self, id: i64, vector: &[f32]) {
+        if vector.len() != DIMENSIONS {
+            return;
+        }
+        let (scale, q) = quantise(vector);
+        match self.ids.iter().position(|x| *x == id) {
+            Some(at) => {
+                self.scales[at] = scale;
+                self.values[at * DIMENSIONS..(at + 1) * DIMENSIONS].copy_from_slice(&q);
+            }
+            None => {
+                self.ids.push(id);
+                self.scales.push(scale);
+                self.values.extend_from_slice(&q);
+            }
+        }
+    }
+
+    /// Drops the vector of `id`.
+    pub fn remove(&mut self, id: i64) {
+        if let Some(at) = self.ids.iter().position(|x| *x == id) {
+            self.ids.swap_remove(at);
+            self.scales.swap_remove(at);
+            let last = self.ids.len();
+            if at != last {
+                let (head, tail) = self.values.split_at_mut(last * DIMENSIONS);
+                head[at * DIMENSIONS..(at + 1) * DIMENSIONS].copy_from_slice(&tail[..DIMENSIONS]);
+            }
+            self.values.truncate(last * DIMENSIONS);
+        }
+    }
+
+    /// The `k` ids most similar to `query` (a unit vector) by cosine, best first, leaving out
+    /// `except`.
+    pub fn top(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
+        if query.len() != DIMENSIONS || k == 0 {
+            return Vec::new();
+        }
+        let (q_scale, q) = quantise(query);
+        let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
+        for (i, (id, scale)) in self.ids.iter().zip(&self.scales).enumerate() {
+            if Some(*id) == except {
+                continue;
+            }
+            let v = &self.values[i * DIMENSIONS..(i + 1) * DIMENSIONS];
+            let score = dot_i8(&q, v) as f32 * scale * q_scale;
+            if best.len() < k || score > best[best.len() - 1].1 {
+                let at = best.partition_point(|(_, s)| *s >= score);
+                best.insert(at, (*id, score));
+                best.truncate(k);
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::embed::{cosine, normalised};
+    use super::*;
+
+    fn vector(seed: u32) -> Vec<f32> {
+        let mut s = seed.max(1);
+        normalised(
+            (0..DIMENSIONS)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 17;
+                    s ^= s << 5;
+                    (s as f32 / u32::MAX as f32) - 0.5
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_top_three_are_the_nearest_and_scores_match_float_cosine() {
+        let mut index = SummaryIndex::new();
+        let vectors: Vec<Vec<f32>> = (1..=200).map(vector).collect();
+        for (i, v) in vectors.iter().enumerate() {
+            index.upsert(i as i64, v);
+        }
+        let query = vectors[17].clone();
+        let mut exact: Vec<(i64, f32)> = vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as i64, cosine(&query, v)))
+            .collect();
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top = index.top(&query, 3, None);
+        assert_eq!(top[0].0, 17);
+        assert!((top[0].1 - 1.0).abs() < 0.02, "{top:?}");
+        for (got, want) in top.iter().zip(&exact) {
+            assert!((got.1 - want.1).abs() < 0.02, "{got:?} vs {want:?}");
+        }
+        // The current chat is left out; a removed one is gone; a replaced one moves.
+        assert!(index
+            .top(&query, 3, Some(17))
+            .iter()
+            .all(|(id, _)| *id != 17));
+        index.remove(17);
+        assert_eq!(index.len(), 199);
+        assert!(index.top(&query, 3, None).iter().all(|(id, _)| *id != 17));
+        index.upsert(5, &query);
+        assert_eq!(index.top(&query, 1, None)[0].0, 5);
+    }
+}
