@@ -226,11 +226,9 @@ fn open_store(config: &Config) -> Result<Store> {
 fn start_service(config: &Config) -> Result<Service> {
     let backend: Arc<dyn Backend> = llm::from_config(config, &env)?;
     let store = open_store(config)?;
-    Ok(Service::start(
-        store,
-        backend,
-        ServiceOptions::from_settings(&config.settings),
-    ))
+    let options =
+        ServiceOptions::from_settings(&config.settings).with_recall(&store, &config.model_dir());
+    Ok(Service::start(store, backend, options))
 }
 
 /// `jarvis listen`: the WAV file through the same listener the voice loop uses.
@@ -402,20 +400,38 @@ fn preview(
         reply: None,
         created_at: jarvis::store::now_ms(),
     });
-    let system = jarvis::prompt::system_prompt(&store.facts()?, &s.profile.name);
-    let state = jarvis::prompt::State::typed_now();
+    let previous = match chat {
+        Some(id) => store.last_reply(id)?,
+        None => None,
+    };
+    let recall = ServiceOptions::from_settings(s)
+        .with_recall(store, &config.model_dir())
+        .recall;
     let key_header = |var: &str| match config::find_key(var, &env) {
         Some(_) => "<redacted>".to_string(),
         None => format!("<missing: set {var}>"),
     };
     let build = |model: &str, max_tokens: u32| {
-        jarvis::prompt::build_request(&history, system.clone(), &state, model, max_tokens)
+        jarvis::prompt::assemble(
+            store,
+            jarvis::prompt::Assembly {
+                chat,
+                history: &history,
+                previous: previous.clone(),
+                mode: jarvis::prompt::Mode::Typed,
+                user_name: &s.profile.name,
+                recall: recall.as_deref(),
+                model,
+                max_tokens,
+                resolve: false,
+            },
+        )
     };
     let (url, headers, body) = match s.backend {
         BackendKind::Anthropic => (
             llm::anthropic::url(&s.anthropic.base_url),
             serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
-            llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)),
+            llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)?),
         ),
         BackendKind::Openai => (
             llm::openai::url(&s.openai.base_url),
@@ -424,7 +440,7 @@ fn preview(
             } else {
                 serde_json::json!({})
             },
-            llm::openai::body(&build(&s.openai.model, s.openai.max_tokens), &s.openai),
+            llm::openai::body(&build(&s.openai.model, s.openai.max_tokens)?, &s.openai),
         ),
         BackendKind::Local => {
             let model = config.local_model_path();
@@ -433,7 +449,7 @@ fn preview(
             (
                 llm::openai::url(&wire.base_url),
                 serde_json::json!({}),
-                llm::openai::body(&build(&wire.model, wire.max_tokens), &wire),
+                llm::openai::body(&build(&wire.model, wire.max_tokens)?, &wire),
             )
         }
     };

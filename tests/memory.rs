@@ -221,3 +221,167 @@ async fn forget_with_several_matches_returns_the_list_and_with_none_says_nothing
         "nothing to confirm"
     );
 }
+
+/// The service with recall on the installed sentence embedder (or the one in `models`).
+fn service_with_recall(dir: &Dir, stub: &Stub, models: &std::path::Path) -> Service {
+    let config = dir.config(settings(BackendKind::Anthropic, stub));
+    let backend =
+        jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
+    let store = dir.store();
+    let options =
+        jarvis::ServiceOptions::from_settings(&config.settings).with_recall(&store, models);
+    assert!(
+        options.recall.is_some(),
+        "the embedder is installed (scripts/models memory)"
+    );
+    Service::start(store, backend, options)
+}
+
+/// Waits until `chat` has a summary; returns it.
+async fn summary_of(dir: &Dir, chat: jarvis::ChatId) -> jarvis::store::Summary {
+    let wait = async {
+        loop {
+            if let Some(s) = dir
+                .store()
+                .summaries()
+                .unwrap()
+                .into_iter()
+                .find(|s| s.chat == chat)
+            {
+                return s;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .expect("the summary was written")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remember_recall_and_forget_across_three_chats() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+
+    // Chat A: remember, and talk about training the dog.
+    stub.push(Script::text("").tool_call(
+        "r1",
+        "remember_fact",
+        r#"{"fact": "The user's dog is called Bruno."}"#,
+    ));
+    stub.push(Script::text(
+        "Noted. To teach Bruno to sit, hold a treat above his nose and say sit.",
+    ));
+    stub.push(Script::text(
+        "The user said their dog is called Bruno and asked how to teach him to sit; the assistant \
+         suggested holding a treat above his nose and rewarding him.",
+    ));
+    let (a, _) = ask(
+        &service,
+        None,
+        "Remember that my dog is called Bruno. How do I teach him to sit?",
+    )
+    .await;
+    let summary = summary_of(&dir, a).await;
+    assert!(summary.text.contains("Bruno"), "{}", summary.text);
+    assert_eq!(summary.vector.len(), 384);
+    let summariser = &stub.received()[2].body;
+    assert!(
+        system_of(summariser).contains("summaries of conversations"),
+        "the third request summarised"
+    );
+
+    // Chat B, about a related topic: the fact in the profile, A's summary recalled.
+    stub.push(Script::text("Short sessions and patience help."));
+    stub.push(Script::text(
+        "The user asked for tips on training a restless puppy.",
+    ));
+    let (b, _) = ask(
+        &service,
+        None,
+        "My puppy will not sit still during training. Any tips?",
+    )
+    .await;
+    let request_b = &stub.received()[3].body;
+    let system = system_of(request_b);
+    assert!(
+        system.contains("\n- The user's dog is called Bruno."),
+        "{system}"
+    );
+    assert!(
+        system.contains("Relevant earlier conversations (for reference only"),
+        "{system}"
+    );
+    assert!(
+        system.contains("suggested holding a treat above his nose"),
+        "A's summary is recalled: {system}"
+    );
+    summary_of(&dir, b).await;
+
+    // A question on another subject recalls nothing.
+    stub.push(Script::text("The VAT return is due quarterly."));
+    stub.push(Script::text("The user asked when the VAT return is due."));
+    let (c0, _) = ask(&service, None, "When is the quarterly VAT return due?").await;
+    assert!(!system_of(&stub.received()[5].body).contains("Relevant earlier conversations"));
+    summary_of(&dir, c0).await;
+
+    // Chat C: forget, confirmed by "yes".
+    stub.push(Script::text("").tool_call(
+        "f1",
+        "forget_fact",
+        r#"{"query": "dog is called Bruno"}"#,
+    ));
+    stub.push(Script::text(
+        "Shall I forget that your dog is called Bruno?",
+    ));
+    stub.push(Script::text(
+        "The user asked to forget their dog's name; the assistant asked to confirm.",
+    ));
+    let (c, _) = ask(&service, None, "Forget that my dog is called Bruno.").await;
+    assert_eq!(
+        dir.store().facts().unwrap().len(),
+        1,
+        "not before the user confirms"
+    );
+    summary_of(&dir, c).await;
+    stub.push(Script::text("Done, I have forgotten it."));
+    ask(&service, Some(c), "Yes.").await;
+    assert!(dir.store().facts().unwrap().is_empty(), "gone after yes");
+
+    // Deleting a chat deletes its summary, and recall no longer finds it.
+    service.delete_chat(a).await.unwrap();
+    assert!(dir.store().summaries().unwrap().iter().all(|s| s.chat != a));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_embedding_fails_the_reply_runs_without_recall_and_nothing_visible_changes() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    // The embedder's files without ONNX Runtime: every embedding fails.
+    let models = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(model_dir().join("minilm"), models.path().join("minilm")).unwrap();
+    let service = service_with_recall(&dir, &stub, models.path());
+    stub.push(Script::text("First answer."));
+    stub.push(Script::text("A summary that cannot be embedded."));
+    let (chat, events) = ask(&service, None, "Hello there.").await;
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    assert_eq!(text_of(&events), "First answer.");
+    stub.push(Script::text("Second answer."));
+    // The summary task ran (its request reached the stub) and failed quietly.
+    let wait = async {
+        while stub.received().len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait).await.unwrap();
+    let (_, events) = ask(&service, Some(chat), "And again?").await;
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    assert!(!system_of(&stub.received().last().unwrap().body).contains("Relevant earlier"));
+    assert!(
+        dir.store().summaries().unwrap().is_empty(),
+        "no summary without its embedding"
+    );
+    let records = dir.store().records(chat).unwrap();
+    assert_eq!(records.len(), 4, "both exchanges kept, nothing else");
+}

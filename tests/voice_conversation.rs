@@ -442,6 +442,7 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
     service.set_listening(true).await.unwrap();
     let first = started(service.voice_ask("Tell me about Paris.").await.unwrap());
     orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
     // The voice loop heard it cut after its first sentence.
     service
         .voice_heard(first, "Paris is the capital of France.".into())
@@ -449,10 +450,12 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
         .unwrap();
     started(service.voice_ask("And Rome?").await.unwrap());
     orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
     // Typed into the orb, with the microphone shut; the previous answer was heard whole.
     service.set_listening(false).await.unwrap();
     started(service.voice_ask("And Spain?").await.unwrap());
     orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
     let lasts = last_messages(&stub);
     assert!(
         lasts[0].contains("Interaction: spoken, hands-free"),

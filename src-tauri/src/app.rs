@@ -193,7 +193,8 @@ pub fn run() -> anyhow::Result<()> {
     if let Some(problem) = &problem {
         tracing::warn!("{problem}");
     }
-    let options = ServiceOptions::from_settings(&config.settings);
+    let options =
+        ServiceOptions::from_settings(&config.settings).with_recall(&store, &config.model_dir());
     // The service runs on Tauri's own tokio runtime, like every command.
     let service =
         tauri::async_runtime::block_on(async move { Service::start(store, backend, options) });

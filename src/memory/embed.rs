@@ -107,3 +107,34 @@ impl Embedder for MiniLm {
         Ok(vectors.into_iter().map(normalised).collect())
     }
 }
+
+/// all-MiniLM-L6-v2 loaded at its first use, so starting Jarvis costs nothing.
+pub struct LazyMiniLm {
+    models: PathBuf,
+    loaded: std::sync::OnceLock<Result<MiniLm, String>>,
+}
+
+impl LazyMiniLm {
+    /// From the model folder; `None` when the model is not installed (Jarvis goes on without recall).
+    pub fn if_installed(models: &Path) -> Option<LazyMiniLm> {
+        FILES
+            .iter()
+            .all(|f| models.join("minilm").join(f).is_file())
+            .then(|| LazyMiniLm {
+                models: models.to_path_buf(),
+                loaded: std::sync::OnceLock::new(),
+            })
+    }
+}
+
+impl Embedder for LazyMiniLm {
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match self
+            .loaded
+            .get_or_init(|| MiniLm::load(&self.models).map_err(|e| e.to_string()))
+        {
+            Ok(model) => model.embed(texts),
+            Err(reason) => Err(EmbedError::Failed(reason.clone())),
+        }
+    }
+}

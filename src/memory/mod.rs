@@ -4,6 +4,7 @@
 
 pub mod embed;
 pub mod recall;
+pub mod summary;
 
 use serde_json::{json, Value};
 

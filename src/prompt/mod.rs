@@ -349,6 +349,73 @@ pub fn build_request(
     }
 }
 
+/// Everything a request is assembled from, besides the store.
+pub struct Assembly<'a> {
+    /// The chat (none: a question not yet in any chat).
+    pub chat: Option<crate::store::ChatId>,
+    /// Its history, ending on the question.
+    pub history: &'a [Record],
+    /// The chat's reply before this question, if any (where the previous answer was cut).
+    pub previous: Option<crate::store::Reply>,
+    /// How the question was asked.
+    pub mode: Mode,
+    /// The user's name for the profile.
+    pub user_name: &'a str,
+    /// Recall across chats, when on.
+    pub recall: Option<&'a crate::memory::recall::Recall>,
+    /// The backend's model and token limit.
+    pub model: &'a str,
+    /// The most tokens to write.
+    pub max_tokens: u32,
+    /// Whether the question answers a pending confirmation for real (a reply) or is only shown
+    /// (`jarvis request`: nothing changes).
+    pub resolve: bool,
+}
+
+/// The whole request for a question, as the reply sends it and `jarvis request` shows it
+/// (blocking: it reads the store and may embed the question). A pending confirmation is shown in
+/// the state block and, with `resolve`, settled by the question ("yes" forgets the fact before the
+/// profile is read). Recall that fails leaves its section out.
+pub fn assemble(
+    store: &crate::store::Store,
+    a: Assembly<'_>,
+) -> Result<Request, crate::store::StoreError> {
+    let pending = match a.chat {
+        Some(chat) => store.confirmation(chat)?,
+        None => None,
+    };
+    if let (Some(chat), Some(_), true) = (a.chat, &pending, a.resolve) {
+        let answer = a
+            .history
+            .last()
+            .map(|r| r.text.as_str())
+            .unwrap_or_default();
+        store.resolve_confirmation(chat, crate::memory::says_yes(answer))?;
+    }
+    let mut system = system_prompt(&store.facts()?, a.user_name);
+    if let Some(recall) = a.recall {
+        let question = a
+            .history
+            .last()
+            .map(|r| r.text.as_str())
+            .unwrap_or_default();
+        match recall.related(store, question, a.chat.unwrap_or(crate::store::ChatId(0))) {
+            Ok(found) if !found.is_empty() => {
+                system.push_str("\n\n");
+                system.push_str(&crate::memory::recall::section(&found));
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!("recall failed, so the request goes without it: {err}"),
+        }
+    }
+    let mut state = State::now(a.mode);
+    state.cut = a.previous.as_ref().and_then(Cut::of);
+    state.pending_confirmation = pending.map(|(_, question)| question);
+    let mut request = build_request(a.history, system, &state, a.model, a.max_tokens);
+    request.tools = crate::memory::tools();
+    Ok(request)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

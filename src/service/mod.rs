@@ -85,6 +85,8 @@ pub struct ServiceOptions {
     pub save_voice: bool,
     /// How long a voice conversation nobody watches, with nothing running, is kept.
     pub voice_keep: Duration,
+    /// Summaries and recall across chats, when the sentence embedder is installed.
+    pub recall: Option<Arc<crate::memory::recall::Recall>>,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -101,7 +103,23 @@ impl ServiceOptions {
             listen_mode: settings.voice.mode,
             save_voice: settings.voice.save_conversations,
             voice_keep: VOICE_KEEP,
+            recall: None,
         }
+    }
+
+    /// These options with recall: summaries written after each reply and found again from other
+    /// chats. Off (with the reason logged) when the embedder is not installed.
+    pub fn with_recall(mut self, store: &Store, models: &std::path::Path) -> ServiceOptions {
+        match crate::memory::embed::LazyMiniLm::if_installed(models) {
+            Some(embedder) => match crate::memory::recall::Recall::new(Arc::new(embedder), store) {
+                Ok(recall) => self.recall = Some(Arc::new(recall)),
+                Err(err) => tracing::warn!(%err, "recall is off: the summaries could not be read"),
+            },
+            None => tracing::info!(
+                "recall is off: the sentence embedder is not installed (scripts/models memory)"
+            ),
+        }
+        self
     }
 }
 
@@ -626,7 +644,12 @@ impl Actor {
                     self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
                     self.backend = backend;
                 }
+                // Recall lives as long as the service; settings do not carry it.
+                let recall = self.options.recall.take();
                 self.options = *options;
+                if self.options.recall.is_none() {
+                    self.options.recall = recall;
+                }
             }
         }
     }
@@ -837,6 +860,10 @@ impl Actor {
         let store = self.store.clone();
         if !blocking(move || store.delete_chat(chat)).await? {
             return Err(AskError::Busy(chat)); // replying in another process
+        }
+        // Its summary went with it (the store cascades); recall forgets it too.
+        if let Some(recall) = &self.options.recall {
+            recall.forget(chat);
         }
         // Dropping its hub ends every attachment to it.
         self.chats.remove(&chat);

@@ -82,6 +82,26 @@ impl ReplyJob {
             tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
         }
         tracing::debug!(reply = %self.reply, state = %outcome.state, "reply ended");
+        if outcome.state == ReplyState::Done {
+            if let Some(recall) = self.options.recall.clone() {
+                // In the background, after the reply: it never holds one up.
+                let (backend, store, chat, permits) = (
+                    self.backend.clone(),
+                    self.store.clone(),
+                    self.chat,
+                    self.permits.clone(),
+                );
+                tokio::spawn(async move {
+                    let Ok(_permit) = permits.acquire_owned().await else {
+                        return;
+                    };
+                    if let Err(err) = memory::summary::summarise(backend, store, recall, chat).await
+                    {
+                        tracing::warn!(%chat, "the chat's summary was not written: {err}");
+                    }
+                });
+            }
+        }
         self.log.finish(Event::ReplyEnded {
             reply: self.reply,
             state: outcome.state,
@@ -130,36 +150,36 @@ impl ReplyJob {
 
     async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
         self.log.push(Event::Running { reply: self.reply });
-        let (question, chat) = (self.question, self.chat);
-        let store = self.store.clone();
-        let prepared = blocking(move || {
+        let (question, chat, mode) = (self.question, self.chat, self.mode);
+        let (store, recall, name) = (
+            self.store.clone(),
+            self.options.recall.clone(),
+            self.options.user_name.clone(),
+        );
+        let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
+        let assembled = blocking(move || {
             let history = store.history(question)?;
-            // A confirmation pending in this chat is resolved by this message: "yes" forgets
-            // the fact before the profile is read; anything else keeps it.
-            let pending = store.confirmation(chat)?;
-            if pending.is_some() {
-                let answer = history.last().map(|r| r.text.as_str()).unwrap_or_default();
-                store.resolve_confirmation(chat, memory::says_yes(answer))?;
-            }
             let previous = store.reply_before(question)?;
-            Ok((history, store.facts()?, previous, pending.map(|(_, q)| q)))
+            crate::prompt::assemble(
+                &store,
+                crate::prompt::Assembly {
+                    chat: Some(chat),
+                    history: &history,
+                    previous,
+                    mode,
+                    user_name: &name,
+                    recall: recall.as_deref(),
+                    model: &model,
+                    max_tokens,
+                    resolve: true,
+                },
+            )
         })
         .await;
-        let (history, facts, previous, pending) = match prepared {
-            Ok(found) => found,
+        let mut request = match assembled {
+            Ok(request) => request,
             Err(err) => return Outcome::failed(err),
         };
-        let mut state = crate::prompt::State::now(self.mode);
-        state.cut = previous.as_ref().and_then(crate::prompt::Cut::of);
-        state.pending_confirmation = pending;
-        let mut request = crate::prompt::build_request(
-            &history,
-            crate::prompt::system_prompt(&facts, &self.options.user_name),
-            &state,
-            self.backend.model(),
-            self.backend.max_tokens(),
-        );
-        request.tools = memory::tools();
 
         // Progress goes to a writer task so a slow disk never holds up the stream.
         let (progress, writer) = progress_writer(self.store.clone(), self.reply);

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_facts.sql"),
     include_str!("../../migrations/0003_heard_prefix.sql"),
     include_str!("../../migrations/0004_confirmations.sql"),
+    include_str!("../../migrations/0005_summaries.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -247,6 +248,21 @@ pub struct Reply {
     pub ended_at: Option<i64>,
     /// When its spoken answer was cut: what of it had been played ("" = nothing).
     pub heard: Option<String>,
+}
+
+/// A chat's summary, for recall from other chats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The chat.
+    pub chat: ChatId,
+    /// Its title.
+    pub title: String,
+    /// The summary.
+    pub text: String,
+    /// Its embedding (empty when none could be made).
+    pub vector: Vec<f32>,
+    /// Unix ms.
+    pub updated_at: i64,
 }
 
 /// A fact the user asked Jarvis to remember.
@@ -848,6 +864,70 @@ impl Store {
         }
         tx.commit().map_err(|e| self.err(e))?;
         Ok(forgotten)
+    }
+
+    /// Stores (or replaces) a chat's summary and its embedding.
+    pub fn upsert_summary(
+        &self,
+        chat: ChatId,
+        text: &str,
+        vector: &[f32],
+    ) -> Result<(), StoreError> {
+        let blob: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.lock()
+            .execute(
+                "INSERT INTO summaries (chat_id, text, vector, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (chat_id) DO UPDATE SET text = ?2, vector = ?3, updated_at = ?4",
+                params![chat.0, text, blob, now_ms()],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every chat's summary, with its title and vector.
+    pub fn summaries(&self) -> Result<Vec<Summary>, StoreError> {
+        self.summaries_where("", [])
+    }
+
+    /// Some chats' summaries.
+    pub fn summaries_of(&self, chats: &[ChatId]) -> Result<Vec<Summary>, StoreError> {
+        let mut out = Vec::new();
+        for chat in chats {
+            out.extend(self.summaries_where("WHERE s.chat_id = ?1", [chat.0])?);
+        }
+        Ok(out)
+    }
+
+    fn summaries_where<const N: usize>(
+        &self,
+        filter: &str,
+        args: [i64; N],
+    ) -> Result<Vec<Summary>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT s.chat_id, c.title, s.text, s.vector, s.updated_at
+                 FROM summaries s JOIN chats c ON c.id = s.chat_id {filter} ORDER BY s.chat_id"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), |row| {
+                let blob: Option<Vec<u8>> = row.get(3)?;
+                let vector = blob
+                    .unwrap_or_default()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Ok(Summary {
+                    chat: ChatId(row.get(0)?),
+                    title: row.get(1)?,
+                    text: row.get(2)?,
+                    vector,
+                    updated_at: row.get(4)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
+        rows.map_err(|e| self.err(e))
     }
 
     /// All facts, oldest first.

@@ -1,0 +1,93 @@
+//! The chat summary written after every completed reply: a short model call, in the background,
+//! never holding up the reply; its embedding goes into the store and the recall index. A failure
+//! is logged and changes nothing the user sees.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::recall::Recall;
+use crate::llm::{Backend, LlmEvent, Message, MessageRole, Request};
+use crate::store::{ChatId, Role, Store};
+
+/// What the summariser is told.
+const INSTRUCTIONS: &str = "You write short summaries of conversations between a user and their assistant, \
+for the assistant to find again later. Reply with 2 or 3 plain sentences in the conversation's language: \
+what the user wanted, what was found or decided, and names, dates or facts worth remembering. \
+No preamble, no Markdown.";
+
+/// The most of a conversation the summariser reads (its end).
+const TRANSCRIPT_CHARS: usize = 6_000;
+
+/// The request that summarises `chat`'s records.
+pub fn request(records: &[crate::store::Record], model: &str) -> Request {
+    let mut transcript = String::new();
+    for r in records {
+        let who = match r.role {
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool => continue,
+        };
+        transcript.push_str(&format!(
+            "{who}: {}\n\n",
+            crate::prompt::strip_envelopes(&r.text)
+        ));
+    }
+    if transcript.chars().count() > TRANSCRIPT_CHARS {
+        let skip = transcript.chars().count() - TRANSCRIPT_CHARS;
+        transcript = format!("…{}", transcript.chars().skip(skip).collect::<String>());
+    }
+    Request {
+        system: INSTRUCTIONS.to_string(),
+        messages: vec![Message::text(
+            MessageRole::User,
+            format!(
+                "The conversation:\n\n{}\nSummarise it in 2 or 3 sentences.",
+                transcript.trim_end()
+            ),
+        )],
+        tools: Vec::new(),
+        model: model.to_string(),
+        max_tokens: 200,
+    }
+}
+
+/// Summarises `chat`, embeds the summary and keeps both. Errors are returned for the log.
+pub async fn summarise(
+    backend: Arc<dyn Backend>,
+    store: Store,
+    recall: Arc<Recall>,
+    chat: ChatId,
+) -> Result<(), String> {
+    let records = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.records(chat))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?
+    };
+    let request = request(&records, backend.model());
+    let mut stream = backend.stream(request);
+    let mut text = String::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
+            Ok(_) => {}
+            Err(err) => return Err(format!("the summary request failed: {err}")),
+        }
+    }
+    let text = crate::prompt::strip_envelopes(text.trim());
+    if text.is_empty() {
+        return Err("the model wrote an empty summary".into());
+    }
+    tokio::task::spawn_blocking(move || {
+        let vector = recall.embed(&text).map_err(|e| e.to_string())?;
+        store
+            .upsert_summary(chat, &text, &vector)
+            .map_err(|e| e.to_string())?;
+        recall.remember(chat, &vector);
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
