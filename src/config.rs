@@ -256,6 +256,9 @@ pub struct ReplySettings {
     pub progress_ms: u64,
     /// How long a locked database is waited for.
     pub busy_timeout_ms: u64,
+    /// The model's context in tokens, for compacting long chats; 0: what the backend says
+    /// (the local model's `context`; 200,000 for Anthropic; 128,000 for OpenAI-compatible).
+    pub context_tokens: usize,
 }
 
 impl Default for ReplySettings {
@@ -264,6 +267,7 @@ impl Default for ReplySettings {
             max_concurrent: 4,
             progress_ms: 250,
             busy_timeout_ms: 5000,
+            context_tokens: 0,
         }
     }
 }

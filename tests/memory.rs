@@ -385,3 +385,65 @@ async fn when_embedding_fails_the_reply_runs_without_recall_and_nothing_visible_
     let records = dir.store().records(chat).unwrap();
     assert_eq!(records.len(), 4, "both exchanges kept, nothing else");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_that_outgrows_the_context_is_compacted_into_its_summary_and_nothing_is_deleted() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.replies.context_tokens = 1000;
+    s.anthropic.max_tokens = 100;
+    let service = service(&dir, s);
+    let long = |topic: &str| {
+        format!(
+            "{topic}: {}",
+            "a long and detailed answer sentence. ".repeat(22)
+        )
+    };
+    stub.push(Script::text(long("Paris")));
+    stub.push(Script::text(long("Rome")));
+    let (chat, _) = ask(&service, None, "Tell me about Paris.").await;
+    ask(&service, Some(chat), "Tell me about Rome.").await;
+    assert!(
+        dir.store().compaction(chat).unwrap().is_none(),
+        "it still fits"
+    );
+    stub.push(Script::text(
+        "The user asked about Paris; the assistant described it at length.",
+    ));
+    stub.push(Script::text(long("Madrid")));
+    let (_, events) = ask(&service, Some(chat), "And Madrid?").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Action { tool, .. } if tool == "compact")),
+        "the UI is told: {events:?}"
+    );
+    let received = stub.received();
+    assert!(
+        system_of(&received[2].body).contains("condense the earlier part"),
+        "the third request compacted"
+    );
+    let request = &received[3].body;
+    let messages = request["messages"].as_array().unwrap();
+    let first = messages[0]["content"].as_str().unwrap();
+    assert!(
+        first.starts_with(
+            "[Summary of the earlier part of this conversation]\nThe user asked about Paris"
+        ),
+        "{first}"
+    );
+    let all = request["messages"].to_string();
+    assert!(
+        !all.contains("Tell me about Paris."),
+        "the folded records are not sent"
+    );
+    assert!(all.contains("Tell me about Rome.") && all.contains("And Madrid?"));
+    let (anchor, _) = dir.store().compaction(chat).unwrap().unwrap();
+    assert_eq!(anchor, 3, "the anchor moved to the second question");
+    assert_eq!(
+        dir.store().records(chat).unwrap().len(),
+        6,
+        "nothing was deleted"
+    );
+}

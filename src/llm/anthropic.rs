@@ -110,6 +110,10 @@ impl Backend for Anthropic {
         self.concurrency
     }
 
+    fn context_tokens(&self) -> usize {
+        200_000
+    }
+
     fn stream(&self, request: Request) -> EventStream {
         self.transport.post(
             url(&self.settings.base_url),

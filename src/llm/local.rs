@@ -219,6 +219,10 @@ impl Backend for Local {
         1
     }
 
+    fn context_tokens(&self) -> usize {
+        self.inner.settings.context.max(256) as usize
+    }
+
     fn stream(&self, request: Request) -> EventStream {
         let inner = self.inner.clone();
         Box::pin(async_stream::stream! {

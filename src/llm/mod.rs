@@ -286,6 +286,10 @@ pub trait Backend: Send + Sync + 'static {
     fn max_tokens(&self) -> u32;
     /// How many replies it writes at once.
     fn max_concurrent(&self) -> usize;
+    /// How many tokens the model can read at once (its context window).
+    fn context_tokens(&self) -> usize {
+        128_000
+    }
     /// Streams the answer to `request`; the request is sent when the stream is first polled.
     fn stream(&self, request: Request) -> EventStream;
 }

@@ -67,16 +67,9 @@ pub async fn summarise(
             .map_err(|e| e.to_string())?
     };
     let request = request(&records, backend.model());
-    let mut stream = backend.stream(request);
-    let mut text = String::new();
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
-            Ok(_) => {}
-            Err(err) => return Err(format!("the summary request failed: {err}")),
-        }
-    }
-    let text = crate::prompt::strip_envelopes(text.trim());
+    let text = complete(backend.as_ref(), request)
+        .await
+        .map_err(|err| format!("the summary request failed: {err}"))?;
     if text.is_empty() {
         return Err("the model wrote an empty summary".into());
     }
@@ -90,4 +83,65 @@ pub async fn summarise(
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// What the compactor is told.
+const COMPACT_INSTRUCTIONS: &str = "You condense the earlier part of a long conversation between a user and \
+their assistant so the assistant can continue it without the full text. Keep every fact, decision, name, \
+number and open question that may matter later; drop pleasantries. Write a compact paragraph or a short list, \
+in the conversation's language, with no preamble.";
+
+/// The request that folds `older` records (after the summary of what came before them, if any)
+/// into one summary.
+pub fn compact_request(
+    earlier: Option<&str>,
+    older: &[crate::store::Record],
+    model: &str,
+) -> Request {
+    let mut text = String::new();
+    if let Some(earlier) = earlier.filter(|e| !e.trim().is_empty()) {
+        text.push_str(&format!(
+            "Summary of what came before:\n{}\n\n",
+            earlier.trim()
+        ));
+    }
+    text.push_str("The conversation:\n\n");
+    for r in older {
+        let who = match r.role {
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool => continue,
+        };
+        text.push_str(&format!(
+            "{who}: {}\n\n",
+            crate::prompt::strip_envelopes(&r.text)
+        ));
+    }
+    text.push_str("Condense all of the above.");
+    Request {
+        system: COMPACT_INSTRUCTIONS.to_string(),
+        messages: vec![Message::text(MessageRole::User, text)],
+        tools: Vec::new(),
+        model: model.to_string(),
+        max_tokens: 600,
+    }
+}
+
+/// Streams a request's text to its end (no tools).
+pub async fn complete(backend: &dyn Backend, request: Request) -> Result<String, String> {
+    let mut stream = backend.stream(request);
+    let mut text = String::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
+            Ok(_) => {}
+            Err(err) => return Err(err.to_string()),
+        }
+    }
+    Ok(crate::prompt::strip_envelopes(text.trim()))
+}
+
+/// A rough token count: four characters a token.
+pub fn tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
 }

@@ -372,6 +372,24 @@ pub struct Assembly<'a> {
     pub resolve: bool,
 }
 
+/// Opens the summary of a compacted chat's older part.
+pub const SUMMARY_OPEN: &str = "[Summary of the earlier part of this conversation]";
+
+/// The request with a compacted chat's summary first, as a user message (joined to the first
+/// message when that is the user's too).
+pub fn with_summary(mut request: Request, summary: &str) -> Request {
+    let summary = format!("{SUMMARY_OPEN}\n{}", summary.trim());
+    match request.messages.first_mut() {
+        Some(first) if first.role == MessageRole::User && first.tool_results.is_empty() => {
+            first.content = format!("{summary}\n\n{}", first.content);
+        }
+        _ => request
+            .messages
+            .insert(0, Message::text(MessageRole::User, summary)),
+    }
+    request
+}
+
 /// The whole request for a question, as the reply sends it and `jarvis request` shows it
 /// (blocking: it reads the store and may embed the question). A pending confirmation is shown in
 /// the state block and, with `resolve`, settled by the question ("yes" forgets the fact before the
@@ -411,7 +429,25 @@ pub fn assemble(
     let mut state = State::now(a.mode);
     state.cut = a.previous.as_ref().and_then(Cut::of);
     state.pending_confirmation = pending.map(|(_, question)| question);
-    let mut request = build_request(a.history, system, &state, a.model, a.max_tokens);
+    // A compacted chat: the records from its anchor on, after the summary of the rest.
+    let compaction = match a.chat {
+        Some(chat) => store.compaction(chat)?,
+        None => None,
+    };
+    let mut request = match &compaction {
+        Some((anchor, summary)) => {
+            let from = a
+                .history
+                .iter()
+                .position(|r| r.seq >= *anchor)
+                .unwrap_or(a.history.len().saturating_sub(1));
+            with_summary(
+                build_request(&a.history[from..], system, &state, a.model, a.max_tokens),
+                summary,
+            )
+        }
+        None => build_request(a.history, system, &state, a.model, a.max_tokens),
+    };
     request.tools = crate::memory::tools();
     Ok(request)
 }
@@ -661,5 +697,57 @@ mod tests {
             None,
             "typed and stopped: its text is in the history"
         );
+    }
+
+    #[test]
+    fn a_compacted_chat_sends_its_summary_first_then_the_records_from_the_anchor() {
+        use MessageRole::{Assistant, User};
+        let history = [
+            rec(Role::User, "What is on today?", "2026-09-24T14:00:00+02:00"),
+            rec(
+                Role::Assistant,
+                "A dentist at four.",
+                "2026-09-24T14:00:05+02:00",
+            ),
+            rec(Role::User, "Move it to five.", "2026-09-24T14:05:00+02:00"),
+        ];
+        let req = build_request(
+            &history[1..],
+            system_prompt(&[], ""),
+            &state(Locale::English),
+            "m",
+            100,
+        );
+        let req = with_summary(
+            req,
+            "The user planned their week; a dentist visit is on Thursday.",
+        );
+        let contents = contents(&req);
+        assert_eq!(
+            contents[0],
+            (
+                User,
+                format!(
+                    "{SUMMARY_OPEN}\nThe user planned their week; a dentist visit is on Thursday."
+                )
+            )
+        );
+        assert_eq!(contents[1], (Assistant, "A dentist at four.".to_string()));
+        assert!(contents[2].1.ends_with("Move it to five."));
+        // Starting on a user message, the summary joins it.
+        let req = with_summary(
+            build_request(
+                &history[2..],
+                String::new(),
+                &state(Locale::English),
+                "m",
+                100,
+            ),
+            "Earlier.",
+        );
+        assert_eq!(req.messages.len(), 1);
+        assert!(req.messages[0].content.starts_with(&format!(
+            "{SUMMARY_OPEN}\nEarlier.\n\n[Thu 24 Sep] [Current state"
+        )));
     }
 }

@@ -87,6 +87,8 @@ pub struct ServiceOptions {
     pub voice_keep: Duration,
     /// Summaries and recall across chats, when the sentence embedder is installed.
     pub recall: Option<Arc<crate::memory::recall::Recall>>,
+    /// The model's context in tokens (0: the backend's own).
+    pub context_tokens: usize,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -104,6 +106,7 @@ impl ServiceOptions {
             save_voice: settings.voice.save_conversations,
             voice_keep: VOICE_KEEP,
             recall: None,
+            context_tokens: settings.replies.context_tokens,
         }
     }
 

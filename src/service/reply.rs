@@ -150,6 +150,10 @@ impl ReplyJob {
 
     async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
         self.log.push(Event::Running { reply: self.reply });
+        if let Err(err) = self.compact_if_needed().await {
+            // The request goes with the whole history; the backend may cut its oldest turns.
+            tracing::warn!(chat = %self.chat, "the chat could not be compacted: {err}");
+        }
         let (question, chat, mode) = (self.question, self.chat, self.mode);
         let (store, recall, name) = (
             self.store.clone(),
@@ -236,6 +240,75 @@ impl ReplyJob {
             tracing::warn!("the progress writer ended abnormally");
         }
         outcome
+    }
+
+    /// A chat whose history outgrows three quarters of the model's context has its older records
+    /// folded into its summary (one short model call) and its anchor moved; the store keeps
+    /// every record.
+    async fn compact_if_needed(&self) -> Result<(), String> {
+        let budget = match self.options.context_tokens {
+            0 => self.backend.context_tokens(),
+            n => n,
+        };
+        let (store, question, chat) = (self.store.clone(), self.question, self.chat);
+        let (history, compaction, facts) = blocking(move || {
+            Ok((
+                store.history(question)?,
+                store.compaction(chat)?,
+                store.facts()?,
+            ))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let anchor = compaction.as_ref().map_or(i64::MIN, |(a, _)| *a);
+        let sent: Vec<_> = history.into_iter().filter(|r| r.seq >= anchor).collect();
+        let fixed = memory::summary::tokens(crate::prompt::RULES)
+            + facts
+                .iter()
+                .map(|f| memory::summary::tokens(&f.text))
+                .sum::<usize>()
+            + compaction
+                .as_ref()
+                .map_or(0, |(_, s)| memory::summary::tokens(s))
+            + self.backend.max_tokens() as usize
+            + 300; // the state block and the tools
+        let records: usize = sent.iter().map(|r| memory::summary::tokens(&r.text)).sum();
+        if fixed + records <= budget * 3 / 4 {
+            return Ok(());
+        }
+        // Keep the newest records that fit in a third of the context; fold in the rest.
+        let mut kept = 0;
+        let mut keep_from = sent.len();
+        while keep_from > 0 {
+            let t = memory::summary::tokens(&sent[keep_from - 1].text);
+            if keep_from < sent.len() && kept + t > budget / 3 {
+                break;
+            }
+            kept += t;
+            keep_from -= 1;
+        }
+        if keep_from == 0 {
+            return Ok(());
+        }
+        self.log.push(Event::Action {
+            reply: self.reply,
+            tool: "compact".into(),
+            label: "Summarising the earlier conversation…".into(),
+        });
+        let request = memory::summary::compact_request(
+            compaction.as_ref().map(|(_, s)| s.as_str()),
+            &sent[..keep_from],
+            self.backend.model(),
+        );
+        let summary = memory::summary::complete(self.backend.as_ref(), request).await?;
+        if summary.is_empty() {
+            return Err("the model wrote an empty summary".into());
+        }
+        let (store, new_anchor) = (self.store.clone(), sent[keep_from].seq);
+        tracing::debug!(chat = %self.chat, new_anchor, folded = keep_from, "chat compacted");
+        blocking(move || store.set_compaction(chat, new_anchor, &summary))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// One request to the backend: its text streams into `text`; it ends with an outcome, or with
