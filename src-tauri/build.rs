@@ -25,6 +25,11 @@ const COMMANDS: &[&str] = &[
     "orb_acknowledge",
     "orb_listen",
     "orb_hide",
+    "list_facts",
+    "add_fact",
+    "edit_fact",
+    "remove_fact",
+    "chat_request",
 ];
 
 fn main() {

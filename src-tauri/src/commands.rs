@@ -55,6 +55,11 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         orb_acknowledge,
         orb_listen,
         orb_hide,
+        list_facts,
+        add_fact,
+        edit_fact,
+        remove_fact,
+        chat_request,
     ]
 }
 
@@ -304,4 +309,50 @@ async fn orb_listen(state: State<'_, AppState>, on: bool) -> Res<()> {
 #[tauri::command]
 fn orb_hide(app: AppHandle) {
     windows::hide(&app, ORB);
+}
+
+/// The facts Jarvis remembers (the Memory panel).
+#[tauri::command]
+async fn list_facts(state: State<'_, AppState>) -> Res<Vec<jarvis::store::Fact>> {
+    let store = state.service.store().clone();
+    Ok(tauri::async_runtime::spawn_blocking(move || store.facts()).await??)
+}
+
+#[tauri::command]
+async fn add_fact(state: State<'_, AppState>, text: String) -> Res<jarvis::store::Fact> {
+    let store = state.service.store().clone();
+    Ok(tauri::async_runtime::spawn_blocking(move || store.add_fact(&text)).await??)
+}
+
+#[tauri::command]
+async fn edit_fact(state: State<'_, AppState>, id: i64, text: String) -> Res<jarvis::store::Fact> {
+    let store = state.service.store().clone();
+    Ok(tauri::async_runtime::spawn_blocking(move || store.edit_fact(id, &text)).await??)
+}
+
+/// Deletes a fact for real.
+#[tauri::command]
+async fn remove_fact(state: State<'_, AppState>, id: i64) -> Res<()> {
+    let store = state.service.store().clone();
+    Ok(tauri::async_runtime::spawn_blocking(move || store.remove_fact(id)).await??)
+}
+
+/// What the model would be sent for `text` in `chat` (keys redacted): the same as
+/// `jarvis request`.
+#[tauri::command]
+async fn chat_request(
+    state: State<'_, AppState>,
+    chat: Option<i64>,
+    text: String,
+) -> Res<serde_json::Value> {
+    let config = state
+        .config
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let store = state.service.store().clone();
+    Ok(tauri::async_runtime::spawn_blocking(move || {
+        jarvis::prompt::preview(&config, &store, chat.map(ChatId), &text, &crate::app::env)
+    })
+    .await??)
 }

@@ -339,3 +339,73 @@ async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
     .await;
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_memory_panel_adds_edits_and_really_deletes_facts_and_the_request_view_shows_them() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.click("#open-memory").await;
+    app.wait_for("the empty panel", |app| async move {
+        app.visible("#facts-empty").await.then_some(())
+    })
+    .await;
+    app.type_into("#fact-new", "My dog is called Bruno.\n")
+        .await;
+    app.wait_for("the fact listed", |app| async move {
+        (app.count("#facts .fact").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        data.store().facts().unwrap()[0].text,
+        "My dog is called Bruno."
+    );
+    // Edited in place.
+    app.eval(
+        "const input = document.querySelector('#facts .fact input');
+         input.value = 'My dog is called Rex.';
+         input.dispatchEvent(new Event('input'));
+         input.nextElementSibling.click();
+         return true;",
+    )
+    .await;
+    app.wait_for("the edit stored", |_| {
+        let facts = data.store().facts().unwrap();
+        async move {
+            (facts.first().map(|f| f.text.as_str()) == Some("My dog is called Rex.")).then_some(())
+        }
+    })
+    .await;
+    app.screenshots("memory").await;
+    app.click("#memory-close").await;
+
+    // What the model sees: the profile carries the fact; nothing is sent.
+    app.click("#show-request").await;
+    let shown = app
+        .wait_for("the request", |app| async move {
+            let text = app.text("#request-json").await;
+            text.contains("\"body\"").then_some(text)
+        })
+        .await;
+    assert!(shown.contains("My dog is called Rex."), "{shown}");
+    assert!(
+        shown.contains("remember_fact"),
+        "the tools are offered: {shown}"
+    );
+    assert!(stub.received().is_empty(), "nothing was sent");
+    app.screenshots("request-view").await;
+    app.click("#request-close").await;
+
+    // Deleted for real.
+    app.click("#open-memory").await;
+    app.click("#facts .fact .danger").await;
+    app.wait_for("the fact gone", |app| async move {
+        (app.count("#facts .fact").await == 0).then_some(())
+    })
+    .await;
+    assert!(data.store().facts().unwrap().is_empty());
+    app.quit().await;
+}

@@ -1,6 +1,10 @@
 //! Builds the backend request from a chat's history: the rules and the profile in system, the
 //! records as messages.
 
+mod preview;
+
+pub use preview::preview;
+
 use chrono::{DateTime, Datelike, FixedOffset, NaiveDate};
 
 use crate::llm::{Message, MessageRole, Request};

@@ -7,6 +7,7 @@ import type {
   AppInfo,
   Chat,
   ChatRecord,
+  Fact,
   ListenMode,
   ReplyEvent,
   SettingsForm,
@@ -54,6 +55,11 @@ export const api = {
   orbAcknowledge: () => invoke<void>("orb_acknowledge"),
   orbListen: (on: boolean) => invoke<void>("orb_listen", { on }),
   orbHide: () => invoke<void>("orb_hide"),
+  listFacts: () => invoke<Fact[]>("list_facts"),
+  addFact: (text: string) => invoke<Fact>("add_fact", { text }),
+  editFact: (id: number, text: string) => invoke<Fact>("edit_fact", { id, text }),
+  removeFact: (id: number) => invoke<void>("remove_fact", { id }),
+  chatRequest: (chat: number | null, text: string) => invoke<unknown>("chat_request", { chat, text }),
 };
 
 /** Runs `handler` whenever the app asks this page to attach again (its window was shown). */

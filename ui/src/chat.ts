@@ -15,6 +15,7 @@ import {
 import { h, byId } from "./dom";
 import { showReply, whenMarkdown } from "./lazyMarkdown";
 import { linkTarget } from "./links";
+import { wireMemory, wireRequestView } from "./memoryPanel";
 import { openSettings, wireSettings } from "./settingsForm";
 import { applyTheme } from "./theme";
 import type { Activity, Chat, ReplyEvent } from "./types";
@@ -49,6 +50,8 @@ async function init(): Promise<void> {
   byId("new-chat").addEventListener("click", () => void select(null));
   byId("show-orb").addEventListener("click", () => void api.showWindow("orb"));
   byId("open-settings").addEventListener("click", () => void openSettings());
+  wireMemory();
+  wireRequestView(() => view.chat);
   byId("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     void submit();

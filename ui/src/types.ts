@@ -104,3 +104,10 @@ export interface SettingsForm {
   wake_threshold: number;
   theme: Theme;
 }
+
+export interface Fact {
+  id: number;
+  text: string;
+  created_at: number;
+  updated_at: number;
+}

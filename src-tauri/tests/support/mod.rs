@@ -69,7 +69,7 @@ impl Data {
         self.dir.path()
     }
 
-    fn store(&self) -> Store {
+    pub fn store(&self) -> Store {
         Store::open(
             &self.dir.path().join("data").join("jarvis.db"),
             Duration::from_secs(5),

@@ -1,0 +1,86 @@
+//! What `jarvis request` prints and the desktop's "What the model sees" shows.
+
+/// What `jarvis request` prints: the backend, URL, headers (keys redacted) and body that a question
+/// would be sent with, built by the same code as a real reply's request.
+pub fn preview(
+    config: &crate::config::Config,
+    store: &crate::store::Store,
+    chat: Option<crate::store::ChatId>,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<serde_json::Value, crate::store::StoreError> {
+    use crate::config::{self, BackendKind};
+    use crate::llm;
+    use crate::store::{ChatId, Record, RecordId, Role};
+    let s = &config.settings;
+    let mut history = match chat {
+        Some(id) => match store.records(id)?.last() {
+            Some(last) => store.history(last.id)?,
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    history.push(Record {
+        id: RecordId(0),
+        chat: chat.unwrap_or(ChatId(0)),
+        seq: history.len() as i64 + 1,
+        role: Role::User,
+        text: text.to_string(),
+        reply: None,
+        created_at: crate::store::now_ms(),
+    });
+    let previous = match chat {
+        Some(id) => store.last_reply(id)?,
+        None => None,
+    };
+    let recall = crate::ServiceOptions::from_settings(s)
+        .with_recall(store, &config.model_dir())
+        .recall;
+    let key_header = |var: &str| match config::find_key(var, env) {
+        Some(_) => "<redacted>".to_string(),
+        None => format!("<missing: set {var}>"),
+    };
+    let build = |model: &str, max_tokens: u32| {
+        crate::prompt::assemble(
+            store,
+            crate::prompt::Assembly {
+                chat,
+                history: &history,
+                previous: previous.clone(),
+                mode: crate::prompt::Mode::Typed,
+                user_name: &s.profile.name,
+                recall: recall.as_deref(),
+                model,
+                max_tokens,
+                resolve: false,
+            },
+        )
+    };
+    let (url, headers, body) = match s.backend {
+        BackendKind::Anthropic => (
+            llm::anthropic::url(&s.anthropic.base_url),
+            serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
+            llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)?),
+        ),
+        BackendKind::Openai => (
+            llm::openai::url(&s.openai.base_url),
+            if s.openai.requires_key {
+                serde_json::json!({"authorization": format!("Bearer {}", key_header("OPENAI_API_KEY"))})
+            } else {
+                serde_json::json!({})
+            },
+            llm::openai::body(&build(&s.openai.model, s.openai.max_tokens)?, &s.openai),
+        ),
+        BackendKind::Local => {
+            let model = config.local_model_path();
+            let wire =
+                llm::local::wire_settings(&s.local, &model, "http://127.0.0.1:<port>/v1".into());
+            (
+                llm::openai::url(&wire.base_url),
+                serde_json::json!({}),
+                llm::openai::body(&build(&wire.model, wire.max_tokens)?, &wire),
+            )
+        }
+    };
+    Ok(serde_json::json!({"backend": s.backend, "url": url, "headers": headers, "body": body}))
+}
