@@ -278,6 +278,9 @@ impl Default for ReplySettings {
 pub struct ProfileSettings {
     /// The user's name; the profile block is headed "About {name}" ("About the user" when empty).
     pub name: String,
+    /// A Markdown file whose text replaces the built-in rules the model is given; empty: the
+    /// built-in rules (`assets/rules.md`).
+    pub rules: String,
 }
 
 /// The voice conversation.

@@ -699,6 +699,17 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
             }
         }
     }
+    match jarvis::prompt::rules_from(&s.profile.rules) {
+        Ok(_) if s.profile.rules.trim().is_empty() => println!("rules: built-in"),
+        Ok(_) => println!("rules: {}", s.profile.rules.trim()),
+        Err(err) => {
+            println!("rules: {err}; the built-in rules are used");
+            problems.push(
+                "fix [profile] rules in the settings file, or empty it for the built-in rules"
+                    .into(),
+            );
+        }
+    }
     // Voice: reported, never a reason to fail — typing works without it.
     let models = config.model_dir();
     let speech = voice::models::speech_model_file(&models, s.voice.speech_model);

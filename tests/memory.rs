@@ -447,3 +447,29 @@ async fn a_chat_that_outgrows_the_context_is_compacted_into_its_summary_and_noth
         "nothing was deleted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_users_rules_file_replaces_the_built_in_rules() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let rules = dir.path().join("my-rules.md");
+    std::fs::write(&rules, "Answer in one sentence, like a ship's captain.").unwrap();
+    dir.store().add_fact("The user sails on Sundays.").unwrap();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.profile.rules = rules.display().to_string();
+    let service = service(&dir, s);
+    ask(&service, None, "Hello?").await;
+    let system = system_of(&stub.received()[0].body);
+    assert!(
+        system.starts_with("Answer in one sentence, like a ship's captain."),
+        "{system}"
+    );
+    assert!(
+        !system.contains("You are Jarvis"),
+        "the built-in rules are replaced: {system}"
+    );
+    assert!(
+        system.contains("\n- The user sails on Sundays."),
+        "the profile still follows: {system}"
+    );
+}

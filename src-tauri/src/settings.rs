@@ -27,6 +27,8 @@ pub struct SettingsView {
     listen_mode: ListenMode,
     speech_model: SpeechModel,
     wake_threshold: f32,
+    /// The user's rules file (empty: the built-in rules).
+    rules: String,
     theme: Theme,
     /// The file the settings are saved in.
     path: String,
@@ -75,6 +77,7 @@ impl SettingsView {
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
             wake_threshold: s.voice.wake_threshold,
+            rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
             path: config.path.display().to_string(),
         }
@@ -92,6 +95,7 @@ pub struct SettingsForm {
     save_conversations: bool,
     speech_model: SpeechModel,
     wake_threshold: f32,
+    rules: String,
     theme: Theme,
 }
 
@@ -129,6 +133,9 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
             Some(SettingValue::Float(f64::from(form.wake_threshold))),
         ),
     ];
+    // A rules file that cannot be read is refused here, with the reason.
+    jarvis::prompt::rules_from(&form.rules).map_err(anyhow::Error::msg)?;
+    changes.push((vec!["profile", "rules"], text(&form.rules)));
     if !(0.05..=0.99).contains(&form.wake_threshold) {
         anyhow::bail!("the wake word threshold must be between 0.05 and 0.99");
     }

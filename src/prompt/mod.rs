@@ -13,10 +13,29 @@ use crate::store::{Fact, Record, Role};
 /// The default rules, given to the model as its system prompt.
 pub const RULES: &str = include_str!("../../assets/rules.md");
 
+/// The rules the model is given: the file `path` names, or the built-in ones when it is empty.
+pub fn rules_from(path: &str) -> Result<String, String> {
+    let path = path.trim();
+    if path.is_empty() {
+        return Ok(RULES.to_string());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("the rules file {path} cannot be read: {e}"))?;
+    if text.trim().is_empty() {
+        return Err(format!("the rules file {path} is empty"));
+    }
+    Ok(text)
+}
+
+/// The system prompt with the built-in rules.
+pub fn system_prompt(facts: &[Fact], name: &str) -> String {
+    system_prompt_with(RULES, facts, name)
+}
+
 /// The system prompt: the rules, then — when there are facts — the profile block, "About {name}"
 /// and one line per fact.
-pub fn system_prompt(facts: &[Fact], name: &str) -> String {
-    let mut system = RULES.trim().to_string();
+pub fn system_prompt_with(rules: &str, facts: &[Fact], name: &str) -> String {
+    let mut system = rules.trim().to_string();
     if !facts.is_empty() {
         let name = if name.trim().is_empty() {
             "the user"
@@ -365,6 +384,8 @@ pub struct Assembly<'a> {
     pub mode: Mode,
     /// The user's name for the profile.
     pub user_name: &'a str,
+    /// The rules (the built-in ones, or the user's file).
+    pub rules: &'a str,
     /// Recall across chats, when on.
     pub recall: Option<&'a crate::memory::recall::Recall>,
     /// The backend's model and token limit.
@@ -414,7 +435,7 @@ pub fn assemble(
             .unwrap_or_default();
         store.resolve_confirmation(chat, crate::memory::says_yes(answer))?;
     }
-    let mut system = system_prompt(&store.facts()?, a.user_name);
+    let mut system = system_prompt_with(a.rules, &store.facts()?, a.user_name);
     if let Some(recall) = a.recall {
         let question = a
             .history
@@ -753,5 +774,24 @@ mod tests {
         assert!(req.messages[0].content.starts_with(&format!(
             "{SUMMARY_OPEN}\nEarlier.\n\n[Thu 24 Sep] [Current state"
         )));
+    }
+
+    #[test]
+    fn the_rules_come_from_the_users_file_or_are_the_built_in_ones() {
+        assert_eq!(rules_from("").unwrap(), RULES);
+        let dir = std::env::temp_dir().join(format!("jarvis-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rules.md");
+        std::fs::write(&file, "Answer like a pirate.").unwrap();
+        let rules = rules_from(file.to_str().unwrap()).unwrap();
+        assert!(system_prompt_with(&rules, &[], "").starts_with("Answer like a pirate."));
+        std::fs::write(&file, "  \n").unwrap();
+        assert!(rules_from(file.to_str().unwrap())
+            .unwrap_err()
+            .contains("is empty"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(rules_from(file.to_str().unwrap())
+            .unwrap_err()
+            .contains("cannot be read"));
     }
 }

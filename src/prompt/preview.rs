@@ -13,6 +13,7 @@ pub fn preview(
     use crate::llm;
     use crate::store::{ChatId, Record, RecordId, Role};
     let s = &config.settings;
+    let rules = super::rules_from(&s.profile.rules).unwrap_or_else(|_| super::RULES.to_string());
     let mut history = match chat {
         Some(id) => match store.records(id)?.last() {
             Some(last) => store.history(last.id)?,
@@ -49,6 +50,7 @@ pub fn preview(
                 previous: previous.clone(),
                 mode: crate::prompt::Mode::Typed,
                 user_name: &s.profile.name,
+                rules: &rules,
                 recall: recall.as_deref(),
                 model,
                 max_tokens,

@@ -79,6 +79,8 @@ pub struct ServiceOptions {
     pub progress: Duration,
     /// The user's name, for the profile block.
     pub user_name: String,
+    /// The rules the model is given (the user's file, else the built-in ones).
+    pub rules: Arc<str>,
     /// How the voice conversation listens at start.
     pub listen_mode: ListenMode,
     /// Whether the voice conversation is also kept as a chat once it ends.
@@ -102,6 +104,15 @@ impl ServiceOptions {
             first_token: settings.timeouts.first_token(),
             progress: Duration::from_millis(settings.replies.progress_ms.max(1)),
             user_name: settings.profile.name.clone(),
+            rules: match crate::prompt::rules_from(&settings.profile.rules) {
+                Ok(rules) => rules.into(),
+                Err(err) => {
+                    // Settings refuse such a file; one edited by hand falls back, said in the log
+                    // and by `jarvis doctor`.
+                    tracing::warn!("{err}; the built-in rules are used");
+                    crate::prompt::RULES.into()
+                }
+            },
             listen_mode: settings.voice.mode,
             save_voice: settings.voice.save_conversations,
             voice_keep: VOICE_KEEP,

@@ -155,10 +155,11 @@ impl ReplyJob {
             tracing::warn!(chat = %self.chat, "the chat could not be compacted: {err}");
         }
         let (question, chat, mode) = (self.question, self.chat, self.mode);
-        let (store, recall, name) = (
+        let (store, recall, name, rules) = (
             self.store.clone(),
             self.options.recall.clone(),
             self.options.user_name.clone(),
+            self.options.rules.clone(),
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
         let assembled = blocking(move || {
@@ -172,6 +173,7 @@ impl ReplyJob {
                     previous,
                     mode,
                     user_name: &name,
+                    rules: &rules,
                     recall: recall.as_deref(),
                     model: &model,
                     max_tokens,
@@ -262,7 +264,7 @@ impl ReplyJob {
         .map_err(|e| e.to_string())?;
         let anchor = compaction.as_ref().map_or(i64::MIN, |(a, _)| *a);
         let sent: Vec<_> = history.into_iter().filter(|r| r.seq >= anchor).collect();
-        let fixed = memory::summary::tokens(crate::prompt::RULES)
+        let fixed = memory::summary::tokens(&self.options.rules)
             + facts
                 .iter()
                 .map(|f| memory::summary::tokens(&f.text))

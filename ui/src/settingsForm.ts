@@ -43,6 +43,7 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
+  byId<HTMLInputElement>("set-rules").value = current.rules;
   byId<HTMLSelectElement>("set-theme").value = current.theme;
   byId("settings-path").textContent = `Saved in ${current.path}`;
   dialog().showModal();
@@ -68,6 +69,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         save_conversations: byId<HTMLInputElement>("set-save").checked,
         speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
+        rules: byId<HTMLInputElement>("set-rules").value.trim(),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,
       });
       byId<HTMLInputElement>("set-key").value = "";

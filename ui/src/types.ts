@@ -87,6 +87,7 @@ export interface SettingsView {
   listen_mode: ListenMode;
   speech_model: SpeechModel;
   wake_threshold: number;
+  rules: string;
   theme: Theme;
   path: string;
 }
@@ -102,6 +103,7 @@ export interface SettingsForm {
   save_conversations: boolean;
   speech_model: SpeechModel;
   wake_threshold: number;
+  rules: string;
   theme: Theme;
 }
 
