@@ -19,20 +19,26 @@ No preamble, no Markdown.";
 /// The most of a conversation the summariser reads (its end).
 const TRANSCRIPT_CHARS: usize = 6_000;
 
-/// The request that summarises `chat`'s records.
-pub fn request(records: &[crate::store::Record], model: &str) -> Request {
-    let mut transcript = String::new();
+/// Records as a plain transcript, one "User:" / "Assistant:" paragraph each, envelopes stripped.
+fn transcript(records: &[crate::store::Record]) -> String {
+    let mut out = String::new();
     for r in records {
         let who = match r.role {
             Role::User => "User",
             Role::Assistant => "Assistant",
             Role::Tool => continue,
         };
-        transcript.push_str(&format!(
+        out.push_str(&format!(
             "{who}: {}\n\n",
             crate::prompt::strip_envelopes(&r.text)
         ));
     }
+    out
+}
+
+/// The request that summarises `chat`'s records.
+pub fn request(records: &[crate::store::Record], model: &str) -> Request {
+    let mut transcript = transcript(records);
     if transcript.chars().count() > TRANSCRIPT_CHARS {
         let skip = transcript.chars().count() - TRANSCRIPT_CHARS;
         transcript = format!("…{}", transcript.chars().skip(skip).collect::<String>());
@@ -106,17 +112,7 @@ pub fn compact_request(
         ));
     }
     text.push_str("The conversation:\n\n");
-    for r in older {
-        let who = match r.role {
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-            Role::Tool => continue,
-        };
-        text.push_str(&format!(
-            "{who}: {}\n\n",
-            crate::prompt::strip_envelopes(&r.text)
-        ));
-    }
+    text.push_str(&transcript(older));
     text.push_str("Condense all of the above.");
     Request {
         system: COMPACT_INSTRUCTIONS.to_string(),
