@@ -12,7 +12,7 @@ use super::events::{Event, ReplyLog, WAITING_MESSAGE};
 use super::{blocking, Command, ServiceOptions};
 use crate::llm::{self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall};
 use crate::memory;
-use crate::store::{ChatId, RecordId, ReplyId, ReplyState, Store, LEASE};
+use crate::store::{ChatId, Record, RecordId, ReplyId, ReplyState, Store, LEASE};
 
 pub(crate) struct ReplyJob {
     pub chat: ChatId,
@@ -150,11 +150,18 @@ impl ReplyJob {
 
     async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
         self.log.push(Event::Running { reply: self.reply });
-        if let Err(err) = self.compact_if_needed().await {
+        let (store, question) = (self.store.clone(), self.question);
+        let loaded =
+            blocking(move || Ok((store.history(question)?, store.reply_before(question)?))).await;
+        let (history, previous) = match loaded {
+            Ok(found) => found,
+            Err(err) => return Outcome::failed(err),
+        };
+        if let Err(err) = self.compact_if_needed(&history).await {
             // The request goes with the whole history; the backend may cut its oldest turns.
             tracing::warn!(chat = %self.chat, "the chat could not be compacted: {err}");
         }
-        let (question, chat, mode) = (self.question, self.chat, self.mode);
+        let (chat, mode) = (self.chat, self.mode);
         let (store, recall, name, rules) = (
             self.store.clone(),
             self.options.recall.clone(),
@@ -163,8 +170,6 @@ impl ReplyJob {
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
         let assembled = blocking(move || {
-            let history = store.history(question)?;
-            let previous = store.reply_before(question)?;
             crate::prompt::assemble(
                 &store,
                 crate::prompt::Assembly {
@@ -247,23 +252,21 @@ impl ReplyJob {
     /// A chat whose history outgrows three quarters of the model's context has its older records
     /// folded into its summary (one short model call) and its anchor moved; the store keeps
     /// every record.
-    async fn compact_if_needed(&self) -> Result<(), String> {
+    async fn compact_if_needed(&self, history: &[Record]) -> Result<(), String> {
         let budget = match self.options.context_tokens {
             0 => self.backend.context_tokens(),
             n => n,
         };
-        let (store, question, chat) = (self.store.clone(), self.question, self.chat);
-        let (history, compaction, facts) = blocking(move || {
-            Ok((
-                store.history(question)?,
-                store.compaction(chat)?,
-                store.facts()?,
-            ))
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+        let (store, chat) = (self.store.clone(), self.chat);
+        let (compaction, facts) = blocking(move || Ok((store.compaction(chat)?, store.facts()?)))
+            .await
+            .map_err(|e| e.to_string())?;
         let anchor = compaction.as_ref().map_or(i64::MIN, |(a, _)| *a);
-        let sent: Vec<_> = history.into_iter().filter(|r| r.seq >= anchor).collect();
+        // The history is in seq order: what is sent now starts at the anchor.
+        let sent = &history[history
+            .iter()
+            .position(|r| r.seq >= anchor)
+            .unwrap_or(history.len())..];
         let fixed = memory::summary::tokens(&self.options.rules)
             + facts
                 .iter()
