@@ -344,8 +344,16 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Key { action } => key(action),
         Command::Request { chat, text } => {
             let store = open_store(&config)?;
-            let request =
-                jarvis::prompt::preview(&config, &store, chat.map(ChatId), &text.join(" "), &env)?;
+            let options = ServiceOptions::from_settings(&config.settings)
+                .with_recall(&store, &config.model_dir());
+            let request = jarvis::prompt::preview(
+                &config,
+                &store,
+                &options,
+                chat.map(ChatId),
+                &text.join(" "),
+                &env,
+            )?;
             println!("{}", serde_json::to_string_pretty(&request)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -30,6 +30,8 @@ pub struct AppState {
     /// The voice loop (microphone, speech-to-text, speech, ducking) once it started, or why it
     /// could not.
     pub voice: Mutex<Result<Arc<VoiceLoop>, String>>,
+    /// The service's recall (its embedder and summary index), shared with "What the model sees".
+    pub recall: Option<Arc<jarvis::memory::recall::Recall>>,
 }
 
 impl AppState {
@@ -195,6 +197,7 @@ pub fn run() -> anyhow::Result<()> {
     }
     let options =
         ServiceOptions::from_settings(&config.settings).with_recall(&store, &config.model_dir());
+    let recall = options.recall.clone();
     // The service runs on Tauri's own tokio runtime, like every command.
     let service =
         tauri::async_runtime::block_on(async move { Service::start(store, backend, options) });
@@ -204,6 +207,7 @@ pub fn run() -> anyhow::Result<()> {
         problem: Mutex::new(problem),
         forwarders: Mutex::new(HashMap::new()),
         voice: Mutex::new(Err("the voice loop is starting".into())),
+        recall,
     };
 
     crate::milestone_at("service started");

@@ -338,7 +338,7 @@ async fn remove_fact(state: State<'_, AppState>, id: i64) -> Res<()> {
 }
 
 /// What the model would be sent for `text` in `chat` (keys redacted): the same as
-/// `jarvis request`.
+/// `jarvis request`, with the running service's recall (its embedder stays loaded).
 #[tauri::command]
 async fn chat_request(
     state: State<'_, AppState>,
@@ -351,8 +351,17 @@ async fn chat_request(
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let store = state.service.store().clone();
+    let mut options = jarvis::ServiceOptions::from_settings(&config.settings);
+    options.recall = state.recall.clone();
     Ok(tauri::async_runtime::spawn_blocking(move || {
-        jarvis::prompt::preview(&config, &store, chat.map(ChatId), &text, &crate::app::env)
+        jarvis::prompt::preview(
+            &config,
+            &store,
+            &options,
+            chat.map(ChatId),
+            &text,
+            &crate::app::env,
+        )
     })
     .await??)
 }

@@ -427,21 +427,16 @@ pub fn assemble(
         Some(chat) => store.confirmation(chat)?,
         None => None,
     };
+    let question = a
+        .history
+        .last()
+        .map(|r| r.text.as_str())
+        .unwrap_or_default();
     if let (Some(chat), Some(_), true) = (a.chat, &pending, a.resolve) {
-        let answer = a
-            .history
-            .last()
-            .map(|r| r.text.as_str())
-            .unwrap_or_default();
-        store.resolve_confirmation(chat, crate::memory::says_yes(answer))?;
+        store.resolve_confirmation(chat, crate::memory::says_yes(question))?;
     }
     let mut system = system_prompt_with(a.rules, &store.facts()?, a.user_name);
     if let Some(recall) = a.recall {
-        let question = a
-            .history
-            .last()
-            .map(|r| r.text.as_str())
-            .unwrap_or_default();
         match recall.related(store, question, a.chat.unwrap_or(crate::store::ChatId(0))) {
             Ok(found) if !found.is_empty() => {
                 system.push_str("\n\n");

@@ -1,10 +1,12 @@
 //! What `jarvis request` prints and the desktop's "What the model sees" shows.
 
 /// What `jarvis request` prints: the backend, URL, headers (keys redacted) and body that a question
-/// would be sent with, built by the same code as a real reply's request.
+/// would be sent with, built by the same code as a real reply's request, with the same options
+/// (the rules, recall) the service uses.
 pub fn preview(
     config: &crate::config::Config,
     store: &crate::store::Store,
+    options: &crate::ServiceOptions,
     chat: Option<crate::store::ChatId>,
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -13,7 +15,6 @@ pub fn preview(
     use crate::llm;
     use crate::store::{ChatId, Record, RecordId, Role};
     let s = &config.settings;
-    let rules = super::rules_from(&s.profile.rules).unwrap_or_else(|_| super::RULES.to_string());
     let mut history = match chat {
         Some(id) => match store.records(id)?.last() {
             Some(last) => store.history(last.id)?,
@@ -34,9 +35,6 @@ pub fn preview(
         Some(id) => store.last_reply(id)?,
         None => None,
     };
-    let recall = crate::ServiceOptions::from_settings(s)
-        .with_recall(store, &config.model_dir())
-        .recall;
     let key_header = |var: &str| match config::find_key(var, env) {
         Some(_) => "<redacted>".to_string(),
         None => format!("<missing: set {var}>"),
@@ -49,9 +47,9 @@ pub fn preview(
                 history: &history,
                 previous: previous.clone(),
                 mode: crate::prompt::Mode::Typed,
-                user_name: &s.profile.name,
-                rules: &rules,
-                recall: recall.as_deref(),
+                user_name: &options.user_name,
+                rules: &options.rules,
+                recall: options.recall.as_deref(),
                 model,
                 max_tokens,
                 resolve: false,
