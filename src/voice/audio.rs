@@ -100,14 +100,6 @@ impl Clip {
         self.samples.extend_from_slice(&other.samples);
         self
     }
-
-    /// The clip with its level scaled.
-    pub fn scaled(mut self, gain: f32) -> Clip {
-        for s in &mut self.samples {
-            *s = (*s * gain).clamp(-1.0, 1.0);
-        }
-        self
-    }
 }
 
 /// f32 in [-1, 1] to i16.
@@ -273,8 +265,6 @@ pub struct FeedSource {
 #[derive(Clone, Default)]
 pub struct Feed {
     queue: Arc<Mutex<VecDeque<i16>>>,
-    /// Frames read while open, for "when did the microphone hear it".
-    heard_frames: Arc<std::sync::atomic::AtomicU64>,
     /// When the microphone last opened: frame `n` of it is heard at this + n × 20 ms.
     opened: Arc<Mutex<Option<Instant>>>,
 }
@@ -301,11 +291,6 @@ impl Feed {
     /// When the microphone last opened (its first frame's time).
     pub fn opened_at(&self) -> Option<Instant> {
         *lock(&self.opened)
-    }
-
-    /// Frames delivered so far.
-    pub fn frames(&self) -> u64 {
-        self.heard_frames.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -364,8 +349,6 @@ impl AudioSource for FeedSource {
                         frame.push((s + n).clamp(-32768.0, 32767.0) as i16);
                     }
                 }
-                feed.heard_frames
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if tx.send(frame).await.is_err() {
                     return;
                 }
@@ -481,11 +464,6 @@ impl Recorder {
         self.state().volumes.clone()
     }
 
-    /// The volume now.
-    pub fn volume(&self) -> f32 {
-        self.state().volume
-    }
-
     /// When each clip arrived (since the recorder was made) and how long it is.
     pub fn arrivals(&self) -> Vec<(Duration, Duration)> {
         self.state().arrivals.clone()
@@ -541,9 +519,4 @@ impl AudioSink for Recorder {
 /// 16 kHz samples as [`SAMPLE_RATE`] f32 for whisper.
 pub fn to_f32(samples: &[i16]) -> Vec<f32> {
     samples.iter().map(|s| f32::from(*s) / 32768.0).collect()
-}
-
-/// Resamples to the listening rate.
-pub fn to_listening_rate(clip: &Clip) -> Result<Clip, VoiceError> {
-    clip.resampled(SAMPLE_RATE)
 }

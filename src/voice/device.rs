@@ -34,18 +34,6 @@ fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
     }
 }
 
-/// The names of the input devices, for Settings.
-pub fn input_devices() -> Vec<String> {
-    cpal::default_host()
-        .input_devices()
-        .map(|devices| {
-            devices
-                .filter_map(|d| d.description().ok().map(|d| d.name().to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The microphone, through cpal.
 #[derive(Debug, Clone, Default)]
 pub struct CpalSource {

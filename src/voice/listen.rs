@@ -145,11 +145,6 @@ impl Listener {
         }
     }
 
-    /// What it shares with the speaking side.
-    pub fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
         let now_ms = self.frame_index * FRAME_MS;

@@ -3,7 +3,7 @@
 //! at real time). cpal and rodio see them as real devices once `PULSE_SERVER` points at it.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -175,11 +175,6 @@ impl Pulse {
             out
         });
         Ok(SpeakerRecording { child, reader })
-    }
-
-    /// The folder the server lives in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

@@ -190,11 +190,6 @@ impl Speaker {
         }
     }
 
-    /// Whether the voice is lowered now.
-    pub fn ducked(&self) -> bool {
-        self.ducked
-    }
-
     /// Reads a finished answer again (it touches no history).
     pub async fn replay(&mut self, reply: ReplyId, text: &str) -> Result<(), VoiceError> {
         self.cut();

@@ -72,9 +72,8 @@ impl Transcriber for LazyWhisper {
     }
 }
 
-/// whisper.cpp with a ggml model.
+/// whisper.cpp with a ggml model (its state holds the model loaded).
 pub struct Whisper {
-    context: WhisperContext,
     state: Mutex<WhisperState>,
     threads: i32,
     english_only: bool,
@@ -145,21 +144,10 @@ impl Whisper {
         let state = context.create_state().map_err(|e| broken(e.to_string()))?;
         let english_only = !context.is_multilingual();
         Ok(Whisper {
-            context,
             state: Mutex::new(state),
             threads: threads.clamp(1, 16) as i32,
             english_only,
         })
-    }
-
-    /// Whether the model only knows English.
-    pub fn english_only(&self) -> bool {
-        self.english_only
-    }
-
-    /// The context the model was loaded with.
-    pub fn context(&self) -> &WhisperContext {
-        &self.context
     }
 }
 
