@@ -47,6 +47,33 @@ impl Keyring {
             daemon.wait().unwrap().success(),
             "the keyring daemon started"
         );
+        // The daemon forks before its default collection exists; wait until the Secret Service
+        // answers for it, so the first store does not race the daemon's start.
+        let ready = || {
+            Command::new("dbus-send")
+                .args([
+                    "--session",
+                    "--print-reply",
+                    "--dest=org.freedesktop.secrets",
+                    "/org/freedesktop/secrets/aliases/default",
+                    "org.freedesktop.DBus.Properties.Get",
+                    "string:org.freedesktop.Secret.Collection",
+                    "string:Label",
+                ])
+                .envs(keyring.env())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let start = std::time::Instant::now();
+        while !ready() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "the keyring's default collection did not appear"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         keyring
     }
 
