@@ -16,15 +16,9 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
+use serde_json::Value;
 
-/// One chat message.
-#[derive(Debug, Clone)]
-pub struct Turn {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// Its text.
-    pub content: String,
-}
+use crate::chat::{self, ToolTemplate, Turn};
 
 /// Sampling for one job.
 #[derive(Debug, Clone)]
@@ -63,6 +57,8 @@ pub enum Out {
 pub struct Job {
     /// The conversation.
     pub turns: Vec<Turn>,
+    /// The tools offered (OpenAI function specs); ignored when the model cannot call tools.
+    pub tools: Vec<Value>,
     /// How to sample.
     pub sampling: Sampling,
     /// Where the answer goes.
@@ -90,6 +86,10 @@ pub struct ModelInfo {
     pub parameters: u64,
     /// Whether it carries a chat template.
     pub chat_template: bool,
+    /// Whether its template offers tools (Hermes-style `<tool_call>`).
+    pub tools: bool,
+    /// Whether requests' tools are offered to it, with the `--tools` given.
+    pub tools_offered: bool,
 }
 
 /// Checks that `path` looks like a whole GGUF file before llama.cpp is given it.
@@ -144,7 +144,8 @@ pub fn load(backend: &LlamaBackend, path: &Path) -> Result<LlamaModel> {
 }
 
 /// Describes a loaded model.
-pub fn info(model: &LlamaModel, path: &Path) -> ModelInfo {
+pub fn info(model: &LlamaModel, path: &Path, tools_wanted: bool) -> ModelInfo {
+    let tools = tool_template(model).is_some();
     let arch = model
         .meta_val_str("general.architecture")
         .unwrap_or_default();
@@ -159,8 +160,16 @@ pub fn info(model: &LlamaModel, path: &Path) -> ModelInfo {
         context_length: model.n_ctx_train(),
         parameters: model.n_params(),
         chat_template: model.chat_template(None).is_ok(),
+        tools,
+        tools_offered: tools && tools_wanted,
         architecture: arch,
     }
+}
+
+/// The model's own template, if it offers tools.
+fn tool_template(model: &LlamaModel) -> Option<ToolTemplate> {
+    let source = model.chat_template(None).ok()?.to_string().ok()?;
+    ToolTemplate::new(&source)
 }
 
 /// The engine's state between jobs.
@@ -168,18 +177,22 @@ pub struct Engine<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     template: LlamaChatTemplate,
+    /// The model's own template, rendered by minijinja, when it offers tools.
+    tools: Option<ToolTemplate>,
     /// The tokens whose keys and values are in the cache, in order from position 0.
     cached: Vec<LlamaToken>,
     batch_size: usize,
 }
 
 impl<'m> Engine<'m> {
-    /// A context of `n_ctx` tokens on `threads` threads.
+    /// A context of `n_ctx` tokens on `threads` threads; `tools`: whether a request's tools are
+    /// offered (when the template can).
     pub fn new(
         backend: &LlamaBackend,
         model: &'m LlamaModel,
         n_ctx: u32,
         threads: i32,
+        tools: bool,
     ) -> Result<Engine<'m>> {
         let n_ctx = n_ctx.min(model.n_ctx_train().max(512));
         let batch_size = 512;
@@ -196,10 +209,12 @@ impl<'m> Engine<'m> {
             .chat_template(None)
             .or_else(|_| LlamaChatTemplate::new("chatml"))
             .map_err(|e| anyhow!("no usable chat template: {e}"))?;
+        let tools = if tools { tool_template(model) } else { None };
         Ok(Engine {
             model,
             ctx,
             template,
+            tools,
             cached: Vec::new(),
             batch_size,
         })
@@ -210,7 +225,23 @@ impl<'m> Engine<'m> {
         self.ctx.n_ctx() as usize
     }
 
-    fn render(&self, turns: &[Turn]) -> Result<Vec<LlamaToken>> {
+    /// Whether this model is offered the tools a request carries.
+    pub fn offers_tools(&self) -> bool {
+        self.tools.is_some()
+    }
+
+    fn render(&self, turns: &[Turn], tools: &[Value]) -> Result<Vec<LlamaToken>> {
+        if let Some(template) = &self.tools {
+            match template.render(turns, tools) {
+                Ok(prompt) => {
+                    return Ok(self.model.vocab().tokenize(prompt.as_bytes(), true, true))
+                }
+                Err(err) => {
+                    tracing::warn!("the model's own template failed ({err:#}); using llama.cpp's")
+                }
+            }
+        }
+        let turns = chat::without_tools(turns);
         let messages = turns
             .iter()
             .map(|t| LlamaChatMessage::new(t.role.clone(), t.content.clone()))
@@ -225,13 +256,18 @@ impl<'m> Engine<'m> {
 
     /// The prompt's tokens, trimmed to leave room for the answer: the oldest turns go first, then,
     /// if one message alone is too long, its beginning. Never an error for length.
-    pub fn prompt_tokens(&self, turns: &[Turn], max_tokens: u32) -> Result<Vec<LlamaToken>> {
+    pub fn prompt_tokens(
+        &self,
+        turns: &[Turn],
+        tools: &[Value],
+        max_tokens: u32,
+    ) -> Result<Vec<LlamaToken>> {
         let n_ctx = self.n_ctx();
         let room = (max_tokens as usize).clamp(16, n_ctx / 2);
         let budget = n_ctx - room;
         let mut turns = turns.to_vec();
         loop {
-            let tokens = self.render(&turns)?;
+            let tokens = self.render(&turns, tools)?;
             if tokens.len() <= budget {
                 return Ok(tokens);
             }
@@ -277,7 +313,7 @@ impl<'m> Engine<'m> {
     }
 
     fn generate(&mut self, job: Job) -> Result<()> {
-        let tokens = self.prompt_tokens(&job.turns, job.sampling.max_tokens)?;
+        let tokens = self.prompt_tokens(&job.turns, &job.tools, job.sampling.max_tokens)?;
         let n_ctx = self.n_ctx();
         // Reuse the cache for the prefix this prompt shares with the last one.
         let mut common = self
@@ -342,7 +378,16 @@ impl<'m> Engine<'m> {
                 break "stop";
             }
             written += 1;
-            pending.extend(vocab.token_to_piece(token, false, None));
+            let mut piece = vocab.token_to_piece(token, false, None);
+            if piece.is_empty() && self.tools.is_some() {
+                // The tool tags are control tokens in some models: they are shown, other
+                // control tokens are not.
+                let special = vocab.token_to_piece(token, true, None);
+                if chat::is_tool_tag(&special) {
+                    piece = special;
+                }
+            }
+            pending.extend(piece);
             let text = take_utf8(&mut pending);
             if !text.is_empty() && job.out.blocking_send(Out::Text(text)).is_err() {
                 break "cancelled"; // the client went away

@@ -4,6 +4,7 @@
 //! Jarvis's OpenAI backend already speaks. One reply at a time; a client that goes away cancels
 //! its generation before the next token.
 
+mod chat;
 mod engine;
 
 use std::convert::Infallible;
@@ -20,8 +21,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
+use chat::{CallReader, ToolCall, Turn};
 use clap::Parser;
-use engine::{Engine, Job, Out, Sampling, Turn};
+use engine::{Engine, Job, Out, Sampling};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -45,6 +47,10 @@ struct Args {
     /// Print the model's description as JSON and exit.
     #[arg(long)]
     check: bool,
+    /// Offer a request's tools to the model: `auto` when its chat template offers tools and it
+    /// has at least a billion parameters, `on` whenever its template offers them, `off` never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    tools: String,
     /// Exit when standard input closes (Jarvis holds it open while it runs).
     #[arg(long)]
     exit_with_stdin: bool,
@@ -60,6 +66,8 @@ fn default_threads() -> i32 {
 struct App {
     jobs: std::sync::mpsc::SyncSender<Job>,
     model_name: String,
+    /// Whether the model's template offers tools.
+    tools: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,10 +91,15 @@ fn main() -> std::process::ExitCode {
 fn run(args: Args) -> Result<()> {
     let backend = LlamaBackend::init().context("cannot start llama.cpp")?;
     let model = engine::load(&backend, &args.model)?;
+    let tools_wanted = match args.tools.as_str() {
+        "off" => false,
+        "on" => true,
+        _ => model.n_params() >= 1_000_000_000,
+    };
     if args.check {
         println!(
             "{}",
-            serde_json::to_string(&engine::info(&model, &args.model))?
+            serde_json::to_string(&engine::info(&model, &args.model, tools_wanted))?
         );
         return Ok(());
     }
@@ -98,15 +111,15 @@ fn run(args: Args) -> Result<()> {
 
     // The model and its context live on one thread for the life of the process.
     let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(16);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<bool>>();
     let (ctx_size, threads) = (args.ctx, args.threads);
     std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || {
             let model: &'static _ = Box::leak(Box::new(model));
-            let mut engine = match Engine::new(&backend, model, ctx_size, threads) {
+            let mut engine = match Engine::new(&backend, model, ctx_size, threads, tools_wanted) {
                 Ok(engine) => {
-                    let _ = ready_tx.send(Ok(()));
+                    let _ = ready_tx.send(Ok(engine.offers_tools()));
                     engine
                 }
                 Err(err) => {
@@ -118,7 +131,7 @@ fn run(args: Args) -> Result<()> {
                 engine.run(job);
             }
         })?;
-    ready_rx.recv().context("the engine thread ended")??;
+    let tools = ready_rx.recv().context("the engine thread ended")??;
 
     if args.exit_with_stdin {
         std::thread::spawn(|| {
@@ -141,7 +154,11 @@ fn run(args: Args) -> Result<()> {
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/v1/models", get(models))
-            .with_state(App { jobs, model_name });
+            .with_state(App {
+                jobs,
+                model_name,
+                tools,
+            });
         axum::serve(listener, app).await?;
         Ok(())
     })
@@ -149,7 +166,7 @@ fn run(args: Args) -> Result<()> {
 
 async fn models(State(app): State<App>) -> Json<Value> {
     Json(
-        json!({"object": "list", "data": [{"id": app.model_name, "object": "model", "owned_by": "local"}]}),
+        json!({"object": "list", "data": [{"id": app.model_name, "object": "model", "owned_by": "local", "tools": app.tools}]}),
     )
 }
 
@@ -168,6 +185,9 @@ struct ChatRequest {
     seed: Option<u32>,
     #[serde(default)]
     stream: bool,
+    /// OpenAI function specs.
+    #[serde(default)]
+    tools: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +195,48 @@ struct ChatMessage {
     role: String,
     #[serde(default)]
     content: Value,
+    #[serde(default)]
+    tool_calls: Vec<WireCall>,
+}
+
+#[derive(Deserialize)]
+struct WireCall {
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: String,
+    /// A JSON object, as a string (OpenAI's way) or as the object itself.
+    #[serde(default)]
+    arguments: Value,
+}
+
+impl ChatMessage {
+    fn turn(&self) -> Turn {
+        Turn {
+            role: self.role.clone(),
+            content: text_of(&self.content),
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    name: c.function.name.clone(),
+                    arguments: match &c.function.arguments {
+                        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| json!({})),
+                        Value::Null => json!({}),
+                        v => v.clone(),
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A call as OpenAI's API returns it, with an id the results are matched back by.
+fn wire_call(index: usize, call: &ToolCall) -> Value {
+    json!({"index": index, "id": format!("call_{index}"), "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments.to_string()}})
 }
 
 fn text_of(content: &Value) -> String {
@@ -214,14 +276,10 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
     if request.messages.is_empty() {
         return error(StatusCode::BAD_REQUEST, "messages is empty");
     }
-    let turns = request
-        .messages
-        .iter()
-        .map(|m| Turn {
-            role: m.role.clone(),
-            content: text_of(&m.content),
-        })
-        .collect();
+    let turns = request.messages.iter().map(ChatMessage::turn).collect();
+    // Calls are read out of the answer only when the model was offered tools.
+    let tools = if app.tools { request.tools } else { Vec::new() };
+    let reader = (!tools.is_empty()).then(|| CallReader::new(&tools));
     let sampling = Sampling {
         temperature: request.temperature.unwrap_or(0.7),
         top_p: request.top_p.unwrap_or(0.9),
@@ -236,6 +294,7 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
     let cancel = Arc::new(AtomicBool::new(false));
     let job = Job {
         turns,
+        tools,
         sampling,
         out,
         cancel: cancel.clone(),
@@ -261,9 +320,28 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
                     ..
                 } => {
                     drop(guard);
+                    let (text, calls) = match reader {
+                        Some(mut reader) => {
+                            let mut shown = reader.push(&text);
+                            let (rest, calls) = reader.finish();
+                            shown.push_str(&rest);
+                            (shown, calls)
+                        }
+                        None => (text, Vec::new()),
+                    };
+                    let mut message = json!({"role": "assistant", "content": text});
+                    let mut finish = finish;
+                    if !calls.is_empty() {
+                        message["tool_calls"] = calls
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| wire_call(i, c))
+                            .collect();
+                        finish = "tool_calls";
+                    }
                     return Json(json!({
                         "id": "chatcmpl-local", "object": "chat.completion", "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                   "total_tokens": prompt_tokens + completion_tokens},
                     }))
@@ -275,14 +353,13 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine stopped");
     }
 
-    let chunk = move |delta: Value, finish: Option<&str>| -> Bytes {
-        Bytes::from(format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-local", "object": "chat.completion.chunk", "model": model,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        ))
-    };
-    let stream = async_stream(answers, guard, chunk);
+    let stream = Chunks {
+        answers,
+        _guard: guard,
+        reader,
+        model,
+    }
+    .stream();
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -290,63 +367,111 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn async_stream(
+/// A streamed answer as OpenAI's chunks.
+struct Chunks {
     answers: tokio::sync::mpsc::Receiver<Out>,
-    guard: CancelOnDrop,
-    chunk: impl Fn(Value, Option<&str>) -> Bytes + Send + 'static,
-) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send {
-    let first = chunk(json!({"role": "assistant", "content": ""}), None);
-    let state = (answers, guard, chunk, Some(first), false);
-    futures::stream::unfold(
-        state,
-        |(mut answers, guard, chunk, first, done)| async move {
-            if let Some(first) = first {
-                return Some((Ok(first), (answers, guard, chunk, None, done)));
-            }
-            if done {
-                return None;
-            }
-            let bytes = match answers.recv().await {
-                Some(Out::Text(text)) => chunk(json!({"content": text}), None),
-                Some(Out::Done {
-                    finish,
-                    prompt_tokens,
-                    cached_tokens,
-                    completion_tokens,
-                }) => {
-                    let mut end = chunk(
-                        json!({}),
-                        Some(if finish == "cancelled" {
-                            "stop"
-                        } else {
-                            finish
-                        }),
-                    )
-                    .to_vec();
-                    end.extend_from_slice(
-                    format!(
-                        "data: {}\n\ndata: [DONE]\n\n",
-                        json!({"id": "chatcmpl-local", "object": "chat.completion.chunk", "choices": [],
-                               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                         "total_tokens": prompt_tokens + completion_tokens,
-                                         "prompt_tokens_details": {"cached_tokens": cached_tokens}}})
-                    )
-                    .as_bytes(),
-                );
-                    return Some((Ok(Bytes::from(end)), (answers, guard, chunk, None, true)));
+    /// Cancels the generation when the stream is dropped.
+    _guard: CancelOnDrop,
+    /// Reads tool calls out of the text, when tools were offered.
+    reader: Option<CallReader>,
+    model: String,
+}
+
+impl Chunks {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-local", "object": "chat.completion.chunk", "model": self.model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    }
+
+    /// What to send for one piece from the engine; `None` when the answer is over.
+    fn next_bytes(&mut self, out: Option<Out>) -> (String, bool) {
+        match out {
+            Some(Out::Text(text)) => {
+                let text = match self.reader.as_mut() {
+                    Some(reader) => reader.push(&text),
+                    None => text,
+                };
+                if text.is_empty() {
+                    (String::new(), false)
+                } else {
+                    (self.chunk(json!({"content": text}), None), false)
                 }
-                Some(Out::Error(e)) => {
-                    let bytes = Bytes::from(format!(
-                        "data: {}\n\n",
-                        json!({"error": {"type": "server_error", "message": e}})
-                    ));
-                    return Some((Ok(bytes), (answers, guard, chunk, None, true)));
+            }
+            Some(Out::Done {
+                finish,
+                prompt_tokens,
+                cached_tokens,
+                completion_tokens,
+            }) => {
+                let mut finish = if finish == "cancelled" {
+                    "stop"
+                } else {
+                    finish
+                };
+                let mut end = String::new();
+                if let Some(reader) = self.reader.take() {
+                    let (rest, calls) = reader.finish();
+                    if !rest.is_empty() {
+                        end.push_str(&self.chunk(json!({"content": rest}), None));
+                    }
+                    if !calls.is_empty() {
+                        let calls: Vec<Value> = calls
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| wire_call(i, c))
+                            .collect();
+                        end.push_str(&self.chunk(json!({"tool_calls": calls}), None));
+                        finish = "tool_calls";
+                    }
                 }
-                None => return None,
-            };
-            Some((Ok(bytes), (answers, guard, chunk, None, false)))
-        },
-    )
+                end.push_str(&self.chunk(json!({}), Some(finish)));
+                end.push_str(&format!(
+                    "data: {}\n\ndata: [DONE]\n\n",
+                    json!({"id": "chatcmpl-local", "object": "chat.completion.chunk", "choices": [],
+                           "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                     "total_tokens": prompt_tokens + completion_tokens,
+                                     "prompt_tokens_details": {"cached_tokens": cached_tokens}}})
+                ));
+                (end, true)
+            }
+            Some(Out::Error(e)) => (
+                format!(
+                    "data: {}\n\n",
+                    json!({"error": {"type": "server_error", "message": e}})
+                ),
+                true,
+            ),
+            None => (String::new(), true),
+        }
+    }
+
+    fn stream(self) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send {
+        let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
+        futures::stream::unfold(
+            (self, Some(first), false),
+            |(mut chunks, first, done)| async move {
+                if let Some(first) = first {
+                    return Some((Ok(Bytes::from(first)), (chunks, None, false)));
+                }
+                if done {
+                    return None;
+                }
+                loop {
+                    let out = chunks.answers.recv().await;
+                    let (bytes, done) = chunks.next_bytes(out);
+                    if !bytes.is_empty() {
+                        return Some((Ok(Bytes::from(bytes)), (chunks, None, done)));
+                    }
+                    if done {
+                        return None;
+                    }
+                }
+            },
+        )
+    }
 }
 
 fn rand_seed() -> u32 {
