@@ -164,6 +164,35 @@ pub struct LocalSettings {
     pub seed: Option<u32>,
     /// Maximum tokens of a reply.
     pub max_tokens: u32,
+    /// Whether the model is offered Jarvis's tools (remember and forget).
+    pub tools: LocalTools,
+}
+
+/// Whether the local model is offered Jarvis's tools. Only a model whose own chat template
+/// offers tools in the Hermes way (`<tool_call>`, as Qwen2.5's) can be; `auto` also leaves out
+/// models under a billion parameters: Qwen2.5-Coder-0.5B writes the first call right but then
+/// repeats it instead of answering.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalTools {
+    /// When the template offers tools and the model has at least a billion parameters.
+    #[default]
+    Auto,
+    /// Whenever the template offers tools.
+    On,
+    /// Never.
+    Off,
+}
+
+impl LocalTools {
+    /// The word the settings file and `jarvis-llm --tools` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalTools::Auto => "auto",
+            LocalTools::On => "on",
+            LocalTools::Off => "off",
+        }
+    }
 }
 
 /// The default model's file name, installed by `scripts/models`.
@@ -179,6 +208,7 @@ impl Default for LocalSettings {
             top_p: 0.9,
             seed: None,
             max_tokens: 512,
+            tools: LocalTools::Auto,
         }
     }
 }

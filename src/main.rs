@@ -687,16 +687,28 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
     }
     // The local model is reported whichever backend is selected: it is the offline fallback.
     let model = config.local_model_path();
-    match llm::local::describe(&model, &env).await {
-        Ok(info) => println!(
-            "local model: {} ({:.1} MB, {}, {}, {} parameters, context {})",
-            info.path,
-            info.size as f64 / 1e6,
-            info.architecture,
-            info.quantization,
-            human_count(info.parameters),
-            info.context_length
-        ),
+    match llm::local::describe(&model, s.local.tools, &env).await {
+        Ok(info) => {
+            println!(
+                "local model: {} ({:.1} MB, {}, {}, {} parameters, context {})",
+                info.path,
+                info.size as f64 / 1e6,
+                info.architecture,
+                info.quantization,
+                human_count(info.parameters),
+                info.context_length
+            );
+            println!(
+                "local model tools: {}",
+                match (info.tools, info.tools_offered, s.local.tools) {
+                    (_, true, _) => "offered (remember and forget)",
+                    (false, _, _) => "none (its chat template has no tool format)",
+                    (true, false, jarvis::config::LocalTools::Off) => "off in settings",
+                    (true, false, _) =>
+                        "not offered: under a billion parameters (`[local] tools = \"on\"` offers them)",
+                }
+            );
+        }
         Err(reason) => {
             println!("local model: {reason}");
             if s.backend == BackendKind::Local {

@@ -57,6 +57,10 @@ async fn with_no_key_and_no_settings_ask_streams_an_answer_from_the_local_model(
     .await;
     assert!(report.contains("local model: "), "{report}");
     assert!(report.contains("llama, Q4_1"), "{report}");
+    assert!(
+        report.contains("local model tools: none (its chat template has no tool format)"),
+        "{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -202,4 +206,64 @@ async fn a_missing_truncated_or_foreign_model_file_is_a_clear_error_and_jarvis_s
             assert!(reason.contains(expected), "{}: {reason}", path.display());
         }
     }
+}
+
+/// Qwen2.5-Coder-0.5B, the larger local model (`scripts/models qwen`): its chat template offers
+/// tools the Hermes way.
+fn qwen_settings() -> jarvis::config::Settings {
+    let model = model_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/models qwen",
+        model.display()
+    );
+    let mut settings = local_settings(&model);
+    settings.local.context = 2048;
+    settings.local.max_tokens = 60;
+    settings
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_model_offered_tools_calls_remember_fact_and_the_fact_is_stored() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let mut settings = qwen_settings();
+    settings.local.tools = jarvis::config::LocalTools::On;
+    let service = local_service(&dir, settings);
+    let (_, reply, mut attachment) =
+        ask_new(&service, "Remember that my dog is called Bruno.").await;
+    let events = until_end(&mut attachment, reply).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Action { tool, .. } if tool == "remember_fact")),
+        "the model's call was read and run: {events:?}"
+    );
+    assert_ne!(ending(&events).0, ReplyState::Failed, "{events:?}");
+    assert!(
+        !text_of(&events).contains("<tool_call>"),
+        "no tag reaches the chat: {:?}",
+        text_of(&events)
+    );
+    let facts = service.store().facts().unwrap();
+    assert!(
+        facts.iter().any(|f| f.text.contains("Bruno")),
+        "stored: {facts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_a_model_under_a_billion_parameters_is_not_offered_tools() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let dir = Dir::new();
+    let service = local_service(&dir, qwen_settings());
+    let (_, reply, mut attachment) =
+        ask_new(&service, "Remember that my dog is called Bruno.").await;
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Action { .. })),
+        "{events:?}"
+    );
+    assert!(service.store().facts().unwrap().is_empty());
 }

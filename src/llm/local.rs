@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 
 use super::openai::OpenAi;
 use super::{Backend, EventStream, LlmError, Request};
-use crate::config::{BackendKind, Config, LocalSettings, OpenAiSettings, Timeouts};
+use crate::config::{BackendKind, Config, LocalSettings, LocalTools, OpenAiSettings, Timeouts};
 
 /// The server binary's name; it is looked for beside the running executable.
 pub const SERVER_BIN: &str = "jarvis-llm";
@@ -67,6 +67,12 @@ pub struct ModelInfo {
     pub parameters: u64,
     /// Whether it carries a chat template.
     pub chat_template: bool,
+    /// Whether its template offers tools (Hermes-style `<tool_call>`).
+    #[serde(default)]
+    pub tools: bool,
+    /// Whether Jarvis's tools are offered to it with the `[local] tools` setting given.
+    #[serde(default)]
+    pub tools_offered: bool,
 }
 
 /// Where the server binary is: `JARVIS_LLM_SERVER`, else beside this executable (or one folder
@@ -141,6 +147,8 @@ impl Inner {
             .arg(&self.model)
             .arg("--ctx")
             .arg(self.settings.context.max(256).to_string())
+            .arg("--tools")
+            .arg(self.settings.tools.as_str())
             .arg("--exit-with-stdin")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -271,9 +279,11 @@ fn last_words(stderr: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
 }
 
-/// Describes a model file with `jarvis-llm --check`, for `jarvis doctor`.
+/// Describes a model file with `jarvis-llm --check`, for `jarvis doctor`; `tools` is the
+/// `[local] tools` setting.
 pub async fn describe(
     model: &Path,
+    tools: LocalTools,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ModelInfo, String> {
     if !model.is_file() {
@@ -286,6 +296,8 @@ pub async fn describe(
         .arg("--model")
         .arg(model)
         .arg("--check")
+        .arg("--tools")
+        .arg(tools.as_str())
         .kill_on_drop(true)
         .output()
         .await
