@@ -71,6 +71,12 @@ enum Command {
         #[arg(required = true, num_args = 1..)]
         title: Vec<String>,
     },
+    /// Start afresh in a chat: it keeps everything, but the model sees only what is said from
+    /// now on (refused while it is replying).
+    Afresh {
+        /// The chat.
+        chat: i64,
+    },
     /// Delete a chat and everything in it (refused while it is replying).
     Rm {
         /// The chat.
@@ -332,6 +338,16 @@ async fn run(command: Command) -> Result<ExitCode> {
             open_store(&config)?.rename_chat(ChatId(chat), title.join(" ").trim())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Afresh { chat } => match open_store(&config)?.start_afresh(ChatId(chat))? {
+            Some(_) => {
+                println!("chat {chat}: the model sees only what is said from now on");
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("jarvis: chat {chat} is replying in another Jarvis; stop it first");
+                Ok(ExitCode::from(EXIT_BUSY))
+            }
+        },
         Command::Rm { chat } => {
             if open_store(&config)?.delete_chat(ChatId(chat))? {
                 println!("chat {chat} deleted");
@@ -538,25 +554,39 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
                     println!("{mark}{}\t{state}\t{}", c.id, c.title);
                 }
             }
-            ("/open", id) => match id.parse::<i64>().map(ChatId) {
-                Ok(id) => match service.store().chat(id) {
-                    Ok(found) => {
-                        chat = Some(found.id);
-                        println!("# {} (chat {})", found.title, found.id);
-                        for r in service.records(found.id).await? {
-                            println!("{}: {}", r.role.as_str(), r.text);
+            ("/open", id) => {
+                match id.parse::<i64>().map(ChatId) {
+                    Ok(id) => match service.store().chat(id) {
+                        Ok(found) => {
+                            chat = Some(found.id);
+                            println!("# {} (chat {})", found.title, found.id);
+                            for r in service.records(found.id).await? {
+                                if found.history_since == Some(r.seq) {
+                                    println!("--- started afresh: the model does not see what is above ---");
+                                }
+                                println!("{}: {}", r.role.as_str(), r.text);
+                            }
                         }
-                    }
+                        Err(err) => println!("{err}"),
+                    },
+                    Err(_) => println!("usage: /open ID"),
+                }
+            }
+            ("/afresh", _) => match chat {
+                Some(id) => match service.start_afresh(id).await {
+                    Ok(_) => println!("(the model sees only what is said from now on)"),
                     Err(err) => println!("{err}"),
                 },
-                Err(_) => println!("usage: /open ID"),
+                None => println!("a new chat is fresh already"),
             },
             ("/retry", _) => match chat {
                 Some(id) => report(ask_and_stream(service, id, None).await),
                 None => println!("nothing to try again in a new chat"),
             },
             (cmd, _) if cmd.starts_with('/') => {
-                println!("unknown command {cmd}; try /new, /chats, /open ID, /retry, /quit")
+                println!(
+                    "unknown command {cmd}; try /new, /chats, /open ID, /retry, /afresh, /quit"
+                )
             }
             _ => {
                 let id = match chat {
@@ -589,6 +619,9 @@ fn show(store: &Store, chat: ChatId) -> Result<()> {
     let replies = store.replies(chat)?;
     println!("# {} (chat {})", info.title, info.id);
     for record in store.records(chat)? {
+        if info.history_since == Some(record.seq) {
+            println!("--- started afresh: the model does not see what is above ---");
+        }
         match record.role {
             Role::User | Role::Tool => {
                 println!("{}: {}", record.role.as_str(), record.text);

@@ -473,3 +473,70 @@ async fn the_users_rules_file_replaces_the_built_in_rules() {
         "the profile still follows: {system}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn starting_afresh_hides_what_came_before_from_the_model_and_keeps_it_in_the_chat() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    stub.push(Script::text("Hello Ada."));
+    let (chat, _) = ask(&service, None, "My name is Ada and I like sailing.").await;
+    // Say the chat had been compacted and Jarvis were waiting on a confirmation.
+    dir.store()
+        .set_compaction(chat, 2, "Ada likes sailing.")
+        .unwrap();
+    let fact = dir.store().add_fact("Ada likes sailing.").unwrap();
+    dir.store()
+        .set_confirmation(chat, fact.id, "Forget \"Ada likes sailing.\"?")
+        .unwrap();
+
+    // Refused while a reply runs: it would split the reply from its question.
+    stub.push(
+        Script::text("A slow answer about knots. ".repeat(8))
+            .paced(std::time::Duration::from_millis(40)),
+    );
+    let running = service.ask(chat, "Tell me about knots.").await.unwrap();
+    assert!(matches!(
+        service.start_afresh(chat).await,
+        Err(jarvis::AskError::Busy(_))
+    ));
+    let mut attachment = service.attach(chat).await.unwrap();
+    until_end(&mut attachment, running).await;
+
+    let since = service.start_afresh(chat).await.unwrap();
+    assert_eq!(since, 5, "after the four records so far");
+    assert!(dir.store().compaction(chat).unwrap().is_none());
+    assert!(dir.store().confirmation(chat).unwrap().is_none());
+    stub.push(Script::text("I don't know your name."));
+    ask(&service, Some(chat), "What is my name?").await;
+    let received = stub.received();
+    let request = &received.last().unwrap().body;
+    let messages = request["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "only the new question: {messages:?}");
+    let (system, sent) = (system_of(request), request["messages"].to_string());
+    assert!(
+        system.contains("Ada likes sailing."),
+        "facts are not history: {system}"
+    );
+    for earlier in ["Ada", "sailing", "knots"] {
+        assert!(!sent.contains(earlier), "{earlier} is not sent: {sent}");
+    }
+    // The chat keeps all of it, and says where it started afresh.
+    assert_eq!(dir.store().records(chat).unwrap().len(), 6);
+    let stored = dir.store().chat(chat).unwrap();
+    assert_eq!(stored.history_since, Some(5));
+    let (_, shown, _) = output(jarvis(&dir).args(["show", &chat.0.to_string()])).await;
+    let divider = shown.find("--- started afresh").expect("a divider");
+    assert!(shown[..divider].contains("My name is Ada"), "{shown}");
+    assert!(shown[divider..].contains("What is my name?"), "{shown}");
+
+    // `jarvis request` shows the same: the model sees only what came after.
+    let (code, preview, err) =
+        output(jarvis(&dir).args(["request", "--chat", &chat.0.to_string(), "And my hobby?"]))
+            .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        preview.contains("What is my name?") && !preview.contains("My name is Ada"),
+        "{preview}"
+    );
+}

@@ -159,6 +159,10 @@ pub(crate) enum Command {
         chat: ChatId,
         respond: oneshot::Sender<Result<(), AskError>>,
     },
+    StartAfresh {
+        chat: ChatId,
+        respond: oneshot::Sender<Result<i64, AskError>>,
+    },
     Finished {
         chat: ChatId,
         reply: ReplyId,
@@ -346,6 +350,14 @@ impl Service {
     /// Windows attached to it see their attachment end.
     pub async fn delete_chat(&self, chat: ChatId) -> Result<(), AskError> {
         self.call(|respond| Command::Delete { chat, respond })
+            .await?
+    }
+
+    /// Starts afresh in a chat: it keeps every record, but the model sees only what comes after
+    /// this point (no summary of the earlier part either). Refused while it is replying. Returns
+    /// the seq of the first record the model will see.
+    pub async fn start_afresh(&self, chat: ChatId) -> Result<i64, AskError> {
+        self.call(|respond| Command::StartAfresh { chat, respond })
             .await?
     }
 
@@ -584,6 +596,22 @@ impl Actor {
             }
             Command::Delete { chat, respond } => {
                 let _ = respond.send(self.delete(chat).await);
+            }
+            Command::StartAfresh { chat, respond } => {
+                let result = if self.replying(chat).is_some() {
+                    Err(AskError::Busy(chat))
+                } else {
+                    let store = self.store.clone();
+                    match blocking(move || store.start_afresh(chat)).await {
+                        Ok(Some(since)) => Ok(since),
+                        Ok(None) => Err(AskError::Busy(chat)), // replying in another process
+                        Err(err) => Err(err.into()),
+                    }
+                };
+                if result.is_ok() {
+                    self.activity.send_modify(|a| a.generation += 1);
+                }
+                let _ = respond.send(result);
             }
             Command::Finished { chat, reply } => self.finished(chat, reply).await,
             Command::VoiceAsk { text, respond } => {

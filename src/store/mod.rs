@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_confirmations.sql"),
     include_str!("../../migrations/0005_summaries.sql"),
     include_str!("../../migrations/0006_compaction.sql"),
+    include_str!("../../migrations/0007_history_since.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -207,6 +208,8 @@ pub struct Chat {
     pub updated_at: i64,
     /// The latest reply's state, if any.
     pub last_reply: Option<ReplyState>,
+    /// Where the user started afresh: the seq of the first record the model sees.
+    pub history_since: Option<i64>,
 }
 
 /// One stored row of a chat.
@@ -313,7 +316,7 @@ pub struct Store {
 
 /// A chat with its latest reply's state, as `chat_from_row` reads it.
 const CHAT_SELECT: &str = "SELECT c.id, c.title, c.created_at, c.updated_at,
-        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1)
+        (SELECT state FROM replies WHERE chat_id = c.id ORDER BY id DESC LIMIT 1), c.history_since
      FROM chats c";
 
 const REPLY_COLUMNS: &str =
@@ -455,6 +458,7 @@ impl Store {
             created_at: now,
             updated_at: now,
             last_reply: None,
+            history_since: None,
         })
     }
 
@@ -555,9 +559,10 @@ impl Store {
                 "SELECT r.id, r.chat_id, r.seq, r.role, r.text, r.reply_id, r.created_at
                  FROM records r
                  JOIN records q ON q.id = ?1 AND r.chat_id = q.chat_id AND r.seq <= q.seq
+                 JOIN chats c ON c.id = r.chat_id AND r.seq >= coalesce(c.history_since, 0)
                  LEFT JOIN replies p ON p.id = r.reply_id
-                 WHERE r.reply_id IS NULL
-                    OR p.id = (SELECT max(id) FROM replies WHERE question_id = p.question_id)
+                 WHERE (r.reply_id IS NULL
+                    OR p.id = (SELECT max(id) FROM replies WHERE question_id = p.question_id))
                  ORDER BY r.seq",
             )
             .map_err(|e| self.err(e))?;
@@ -636,6 +641,8 @@ impl Store {
                 &format!(
                     "SELECT {REPLY_COLUMNS} FROM replies
                      WHERE chat_id = (SELECT chat_id FROM records WHERE id = ?1) AND question_id < ?1
+                       AND (SELECT seq FROM records WHERE id = question_id)
+                           >= (SELECT coalesce(history_since, 0) FROM chats WHERE id = replies.chat_id)
                      ORDER BY id DESC LIMIT 1"
                 ),
                 params![question.0],
@@ -867,6 +874,35 @@ impl Store {
         Ok(forgotten)
     }
 
+    /// Starts afresh in a chat: from now on the model sees only the records that come after this
+    /// point (no summary of the earlier ones, no confirmation left waiting); the chat keeps them
+    /// all. Returns the seq the
+    /// model's history now starts at, or `None` while another process is replying in it.
+    pub fn start_afresh(&self, chat: ChatId) -> Result<Option<i64>, StoreError> {
+        if self.live_elsewhere(chat)? {
+            return Ok(None);
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let since: i64 = tx
+            .query_row(
+                "UPDATE chats SET history_since =
+                     coalesce((SELECT max(seq) FROM records WHERE chat_id = ?1), 0) + 1,
+                   anchor = NULL, compacted = NULL
+                 WHERE id = ?1 RETURNING history_since",
+                [chat.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?
+            .ok_or(StoreError::NoSuchChat(chat))?;
+        // A question Jarvis was waiting on belongs to what came before.
+        tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(Some(since))
+    }
+
     /// A compacted chat's anchor (the first record sent by seq) and the summary of what came
     /// before it.
     pub fn compaction(&self, chat: ChatId) -> Result<Option<(i64, String)>, StoreError> {
@@ -1046,6 +1082,7 @@ fn chat_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {
         last_reply: row
             .get::<_, Option<String>>(4)?
             .map(|s| ReplyState::parse(&s)),
+        history_since: row.get(5)?,
     })
 }
 
