@@ -6,6 +6,7 @@ const COMMANDS: &[&str] = &[
     "new_chat",
     "rename_chat",
     "delete_chat",
+    "start_afresh",
     "chat_records",
     "ask",
     "retry",

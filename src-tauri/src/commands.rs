@@ -36,6 +36,7 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         new_chat,
         rename_chat,
         delete_chat,
+        start_afresh,
         chat_records,
         ask,
         retry,
@@ -114,6 +115,13 @@ async fn rename_chat(state: State<'_, AppState>, chat: ChatId, title: String) ->
 #[tauri::command]
 async fn delete_chat(state: State<'_, AppState>, chat: ChatId) -> Res<()> {
     Ok(state.service.delete_chat(chat).await?)
+}
+
+/// Keeps the chat but lets the model see only what is said from now on; returns the seq of the
+/// first record it will see.
+#[tauri::command]
+async fn start_afresh(state: State<'_, AppState>, chat: ChatId) -> Res<i64> {
+    Ok(state.service.start_afresh(chat).await?)
 }
 
 #[tauri::command]

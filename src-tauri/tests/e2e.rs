@@ -409,3 +409,49 @@ async fn the_memory_panel_adds_edits_and_really_deletes_facts_and_the_request_vi
     assert!(data.store().facts().unwrap().is_empty());
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn starting_afresh_draws_a_line_and_the_model_no_longer_gets_what_is_above_it() {
+    let _one = one_app_at_a_time().await;
+    let (stub, data, app) = asked(
+        Script::text("Hello Ada, sailing is lovely."),
+        "My name is Ada and I like sailing.",
+    )
+    .await;
+    app.wait_for_state("done").await;
+    app.click("#start-afresh").await;
+    let line = app
+        .wait_for("the afresh line", |app| async move {
+            let t = app.texts(".messages .afresh").await;
+            (!t.is_empty()).then_some(t)
+        })
+        .await;
+    assert_eq!(
+        line,
+        ["Started afresh — Jarvis no longer sees the messages above"]
+    );
+    stub.push(Script::text("I don't know your name yet."));
+    app.type_question("What is my name?").await;
+    app.wait_for("the second answer", |app| async move {
+        (app.texts(".message .body").await.len() == 4).then_some(())
+    })
+    .await;
+    app.screenshots("afresh").await;
+    let received = stub.received();
+    let sent = received.last().unwrap().body["messages"].to_string();
+    assert!(
+        sent.contains("What is my name?") && !sent.contains("sailing"),
+        "{sent}"
+    );
+    // Kept in the chat, and the line is still there after the chat is opened again.
+    let chat = data.store().chats().unwrap()[0].id;
+    assert_eq!(data.store().records(chat).unwrap().len(), 4);
+    app.click("#new-chat").await;
+    app.click(".chat-item .chat-name").await;
+    app.wait_for("the line again", |app| async move {
+        (app.count(".messages .afresh").await == 1).then_some(())
+    })
+    .await;
+    app.quit().await;
+}

@@ -23,6 +23,7 @@ export const api = {
   newChat: () => invoke<Chat>("new_chat"),
   renameChat: (chat: number, title: string) => invoke<void>("rename_chat", { chat, title }),
   deleteChat: (chat: number) => invoke<void>("delete_chat", { chat }),
+  startAfresh: (chat: number) => invoke<number>("start_afresh", { chat }),
   records: (chat: number) => invoke<ChatRecord[]>("chat_records", { chat }),
   ask: (chat: number | null, text: string) =>
     invoke<{ chat: number; reply: number }>("ask", { chat, text }),

@@ -48,6 +48,7 @@ async function init(): Promise<void> {
     }
   });
   byId("new-chat").addEventListener("click", () => void select(null));
+  byId("start-afresh").addEventListener("click", () => void startAfresh());
   byId("show-orb").addEventListener("click", () => void api.showWindow("orb"));
   byId("open-settings").addEventListener("click", () => void openSettings());
   wireMemory();
@@ -285,6 +286,19 @@ function startRename(item: HTMLElement, chat: Chat): void {
   input.select();
 }
 
+async function startAfresh(): Promise<void> {
+  const chat = view.chat;
+  if (chat === null) return;
+  try {
+    await api.startAfresh(chat);
+    await refreshChats();
+    showNote(null);
+  } catch (err) {
+    showNote(message(err));
+  }
+  render();
+}
+
 async function confirmDelete(chat: Chat): Promise<void> {
   const dialog = byId<HTMLDialogElement>("confirm");
   byId("confirm-title").textContent = "Delete chat?";
@@ -316,7 +330,8 @@ function renderMessages(): void {
     );
     return;
   }
-  const shown = messages(view);
+  const since = chats.find((c) => c.id === view.chat)?.history_since ?? null;
+  const shown = messages(view, since);
   if (shown.length === 0) {
     messagesEl.replaceChildren(
       h("div", { class: "placeholder empty" },
@@ -342,6 +357,7 @@ function renderMessages(): void {
 let rendered = new Map<string, { text: string; el: HTMLElement }>();
 
 function messageEl(m: Message): HTMLElement {
+  if (m.role === "afresh") return h("div", { class: "afresh", role: "separator", "data-key": m.key }, m.text);
   const body = h("div", { class: "body" });
   if (m.role === "user") {
     body.textContent = m.text;
@@ -386,6 +402,9 @@ function renderComposer(): void {
   question.disabled = replying;
   send.hidden = replying;
   stop.hidden = !replying;
+  const afresh = byId<HTMLButtonElement>("start-afresh");
+  afresh.hidden = view.chat === null || view.records.length === 0;
+  afresh.disabled = replying;
   const text = noteText ?? block ?? (view.live?.waiting ?? "");
   note.textContent = text;
   note.classList.toggle("error-text", noteText !== null);

@@ -24,7 +24,8 @@ export interface ChatView {
 
 export interface Message {
   key: string;
-  role: "user" | "assistant";
+  /** `afresh`: the line where the user started afresh; the model does not see what is above. */
+  role: "user" | "assistant" | "afresh";
   text: string;
   /** For the live reply: how it stands. */
   live?: LiveReply;
@@ -96,12 +97,18 @@ export function composerBlock(view: ChatView): string | null {
 }
 
 /** What the page shows: the stored records, with the live reply in place of its stored answer. */
-export function messages(view: ChatView): Message[] {
+export function messages(view: ChatView, since: number | null = null): Message[] {
   const live = view.live;
   const out: Message[] = [];
   let placed = false;
+  const afresh: Message = { key: `afresh${since}`, role: "afresh", text: AFRESH };
+  let divided = since === null;
   for (const record of view.records) {
     if (record.role === "tool") continue;
+    if (!divided && record.seq >= (since ?? 0)) {
+      if (out.length > 0) out.push(afresh);
+      divided = true;
+    }
     if (live && record.role === "assistant" && record.reply === live.reply) continue;
     out.push({ key: `r${record.id}`, role: record.role, text: record.text });
     if (live && record.id === live.question) {
@@ -112,8 +119,12 @@ export function messages(view: ChatView): Message[] {
   if (live && !placed && view.records.length > 0) {
     out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, live });
   }
+  if (!divided && out.length > 0) out.push(afresh);
   return out;
 }
+
+/** What the line where the user started afresh says. */
+export const AFRESH = "Started afresh — Jarvis no longer sees the messages above";
 
 /** A short label for a reply that did not simply finish. */
 export function endingNote(live: LiveReply): string | null {

@@ -12,6 +12,8 @@ export interface Chat {
   created_at: number;
   updated_at: number;
   last_reply: ReplyState | null;
+  /** Where the user started afresh: the seq of the first record the model sees. */
+  history_since: number | null;
 }
 
 export interface ChatRecord {

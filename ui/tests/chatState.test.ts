@@ -47,6 +47,28 @@ describe("the chat view", () => {
     expect(messages(view).at(-1)?.text).toBe("Noted.");
   });
 
+  it("draws the line where the user started afresh, with the live reply after it", () => {
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const base = { ...emptyView(1), records: [question, answer] };
+    // Just started afresh: the line comes after everything so far.
+    expect(messages(base, 3).map((m) => m.role)).toEqual(["user", "assistant", "afresh"]);
+    const next: ChatRecord = { id: 12, chat: 1, seq: 3, role: "user", text: "Again?", reply: null, created_at: 0 };
+    const { view } = run({ ...base, records: [question, answer, next] }, [
+      { type: "reply_started", chat: 1, reply: 6, question: 12 },
+      { type: "delta", reply: 6, text: "Hi." },
+    ]);
+    expect(messages(view, 3).map((m) => [m.role, m.text])).toEqual([
+      ["user", "Hi?"],
+      ["assistant", "Hello."],
+      ["afresh", "Started afresh — Jarvis no longer sees the messages above"],
+      ["user", "Again?"],
+      ["assistant", "Hi."],
+    ]);
+    // Started afresh before anything was said: no line.
+    expect(messages(view, 1).some((m) => m.role === "afresh")).toBe(false);
+    expect(messages(view).some((m) => m.role === "afresh")).toBe(false);
+  });
+
   it("shows a replayed reply once, in place of its stored answer", () => {
     const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
     const start = { ...emptyView(1), records: [question, answer] };
