@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use jarvis::config::{self, BackendKind, Config};
 use jarvis::llm::{self, Backend};
-use jarvis::store::{ReplyState, Role, Store};
+use jarvis::store::{Record, ReplyState, Role, Store};
 use jarvis::voice;
 use jarvis::{AskError, ChatId, Event, ReplyId, Service, ServiceOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -554,24 +554,22 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
                     println!("{mark}{}\t{state}\t{}", c.id, c.title);
                 }
             }
-            ("/open", id) => {
-                match id.parse::<i64>().map(ChatId) {
-                    Ok(id) => match service.store().chat(id) {
-                        Ok(found) => {
-                            chat = Some(found.id);
-                            println!("# {} (chat {})", found.title, found.id);
-                            for r in service.records(found.id).await? {
-                                if found.history_since == Some(r.seq) {
-                                    println!("--- started afresh: the model does not see what is above ---");
-                                }
-                                println!("{}: {}", r.role.as_str(), r.text);
-                            }
+            ("/open", id) => match id.parse::<i64>().map(ChatId) {
+                Ok(id) => match service.store().chat(id) {
+                    Ok(found) => {
+                        chat = Some(found.id);
+                        println!("# {} (chat {})", found.title, found.id);
+                        let records = service.records(found.id).await?;
+                        for r in &records {
+                            afresh_line(found.history_since, Some(r.seq));
+                            println!("{}: {}", r.role.as_str(), r.text);
                         }
-                        Err(err) => println!("{err}"),
-                    },
-                    Err(_) => println!("usage: /open ID"),
-                }
-            }
+                        afresh_line(found.history_since, after(&records));
+                    }
+                    Err(err) => println!("{err}"),
+                },
+                Err(_) => println!("usage: /open ID"),
+            },
             ("/afresh", _) => match chat {
                 Some(id) => match service.start_afresh(id).await {
                     Ok(_) => println!("(the model sees only what is said from now on)"),
@@ -618,10 +616,9 @@ fn show(store: &Store, chat: ChatId) -> Result<()> {
     let info = store.chat(chat)?;
     let replies = store.replies(chat)?;
     println!("# {} (chat {})", info.title, info.id);
-    for record in store.records(chat)? {
-        if info.history_since == Some(record.seq) {
-            println!("--- started afresh: the model does not see what is above ---");
-        }
+    let records = store.records(chat)?;
+    for record in &records {
+        afresh_line(info.history_since, Some(record.seq));
         match record.role {
             Role::User | Role::Tool => {
                 println!("{}: {}", record.role.as_str(), record.text);
@@ -651,7 +648,20 @@ fn show(store: &Store, chat: ChatId) -> Result<()> {
             }
         }
     }
+    afresh_line(info.history_since, after(&records));
     Ok(())
+}
+
+/// The seq a record added next would get.
+fn after(records: &[Record]) -> Option<i64> {
+    records.last().map(|r| r.seq + 1)
+}
+
+/// Marks where the user started afresh, before the record at `seq`.
+fn afresh_line(since: Option<i64>, seq: Option<i64>) {
+    if since.is_some() && since == seq {
+        println!("--- started afresh: the model does not see what is above ---");
+    }
 }
 
 fn mark(state: ReplyState, reason: Option<&str>) -> String {

@@ -507,6 +507,13 @@ async fn starting_afresh_hides_what_came_before_from_the_model_and_keeps_it_in_t
     assert_eq!(since, 5, "after the four records so far");
     assert!(dir.store().compaction(chat).unwrap().is_none());
     assert!(dir.store().confirmation(chat).unwrap().is_none());
+    let (_, shown, _) = output(jarvis(&dir).args(["show", &chat.0.to_string()])).await;
+    assert!(
+        shown
+            .trim_end()
+            .ends_with("--- started afresh: the model does not see what is above ---"),
+        "the line comes last until something is said: {shown}"
+    );
     stub.push(Script::text("I don't know your name."));
     ask(&service, Some(chat), "What is my name?").await;
     let received = stub.received();

@@ -66,7 +66,7 @@ fn default_threads() -> i32 {
 struct App {
     jobs: std::sync::mpsc::SyncSender<Job>,
     model_name: String,
-    /// Whether the model's template offers tools.
+    /// Whether requests' tools are offered to the model (its template can, and `--tools` lets it).
     tools: bool,
 }
 
@@ -187,7 +187,7 @@ struct ChatRequest {
     stream: bool,
     /// OpenAI function specs.
     #[serde(default)]
-    tools: Vec<Value>,
+    tools: Option<Vec<Value>>,
 }
 
 #[derive(Deserialize)]
@@ -196,7 +196,7 @@ struct ChatMessage {
     #[serde(default)]
     content: Value,
     #[serde(default)]
-    tool_calls: Vec<WireCall>,
+    tool_calls: Option<Vec<WireCall>>,
 }
 
 #[derive(Deserialize)]
@@ -220,6 +220,7 @@ impl ChatMessage {
             tool_calls: self
                 .tool_calls
                 .iter()
+                .flatten()
                 .map(|c| ToolCall {
                     name: c.function.name.clone(),
                     arguments: match &c.function.arguments {
@@ -278,7 +279,10 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
     }
     let turns = request.messages.iter().map(ChatMessage::turn).collect();
     // Calls are read out of the answer only when the model was offered tools.
-    let tools = if app.tools { request.tools } else { Vec::new() };
+    let tools = match request.tools {
+        Some(tools) if app.tools => tools,
+        _ => Vec::new(),
+    };
     let reader = (!tools.is_empty()).then(|| CallReader::new(&tools));
     let sampling = Sampling {
         temperature: request.temperature.unwrap_or(0.7),
@@ -386,7 +390,8 @@ impl Chunks {
         )
     }
 
-    /// What to send for one piece from the engine; `None` when the answer is over.
+    /// What to send for one piece from the engine (maybe nothing yet), and whether the answer is
+    /// over.
     fn next_bytes(&mut self, out: Option<Out>) -> (String, bool) {
         match out {
             Some(Out::Text(text)) => {

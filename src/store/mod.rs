@@ -551,7 +551,8 @@ impl Store {
     }
 
     /// The records a request for `question` is built from: every record up to and including the
-    /// question, leaving out answers that were superseded by trying again.
+    /// question, from where the chat last started afresh, leaving out answers that were superseded
+    /// by trying again.
     pub fn history(&self, question: RecordId) -> Result<Vec<Record>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn
@@ -876,8 +877,8 @@ impl Store {
 
     /// Starts afresh in a chat: from now on the model sees only the records that come after this
     /// point (no summary of the earlier ones, no confirmation left waiting); the chat keeps them
-    /// all. Returns the seq the
-    /// model's history now starts at, or `None` while another process is replying in it.
+    /// all. Returns the seq the model's history now starts at, or `None` while another process is
+    /// replying in it.
     pub fn start_afresh(&self, chat: ChatId) -> Result<Option<i64>, StoreError> {
         if self.live_elsewhere(chat)? {
             return Ok(None);
