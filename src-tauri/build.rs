@@ -26,6 +26,7 @@ const COMMANDS: &[&str] = &[
     "orb_acknowledge",
     "orb_listen",
     "orb_hide",
+    "orb_problems",
     "list_facts",
     "add_fact",
     "edit_fact",

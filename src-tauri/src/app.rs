@@ -30,6 +30,11 @@ pub struct AppState {
     /// The voice loop (microphone, speech-to-text, speech, ducking) once it started, or why it
     /// could not.
     pub voice: Mutex<Result<Arc<VoiceLoop>, String>>,
+    /// Why Jarvis cannot listen or speak right now (a missing speech model, a microphone that
+    /// failed to open), for the orb; `None` while the voice works.
+    pub voice_problem: tokio::sync::watch::Sender<Option<String>>,
+    /// Counts voice loop starts, so only the newest loop reports its problems.
+    voice_starts: std::sync::atomic::AtomicU64,
     /// The service's recall (its embedder and summary index), shared with "What the model sees".
     pub recall: Option<Arc<jarvis::memory::recall::Recall>>,
 }
@@ -154,8 +159,32 @@ pub async fn start_voice(app: &tauri::AppHandle) {
         Ok(Err(err)) => Err(err.to_string()),
         Err(err) => Err(format!("the voice loop could not start: {err}")),
     };
-    if let Err(problem) = &result {
-        tracing::warn!("voice: {problem}");
+    use std::sync::atomic::Ordering;
+    let start = state.voice_starts.fetch_add(1, Ordering::SeqCst) + 1;
+    match &result {
+        Err(problem) => {
+            tracing::warn!("voice: {problem}");
+            state.voice_problem.send_replace(Some(problem.clone()));
+        }
+        Ok(voice) => {
+            // The loop's own problems (the microphone failing to open later) go to the orb
+            // until a newer loop replaces it.
+            let mut problems = voice.problems();
+            let app = app.clone();
+            tauri::async_runtime::spawn(async move {
+                loop {
+                    let state = app.state::<AppState>();
+                    if state.voice_starts.load(Ordering::SeqCst) != start {
+                        break;
+                    }
+                    let problem = problems.borrow_and_update().clone();
+                    state.voice_problem.send_replace(problem);
+                    if problems.changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
     }
     // Replacing a running loop drops it: its microphone closes; the conversation stays.
     *state.voice.lock().unwrap_or_else(|p| p.into_inner()) = result;
@@ -207,6 +236,8 @@ pub fn run() -> anyhow::Result<()> {
         problem: Mutex::new(problem),
         forwarders: Mutex::new(HashMap::new()),
         voice: Mutex::new(Err("the voice loop is starting".into())),
+        voice_problem: tokio::sync::watch::Sender::new(None),
+        voice_starts: std::sync::atomic::AtomicU64::new(0),
         recall,
     };
 

@@ -56,6 +56,7 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         orb_acknowledge,
         orb_listen,
         orb_hide,
+        orb_problems,
         list_facts,
         add_fact,
         edit_fact,
@@ -312,6 +313,29 @@ async fn orb_listen(state: State<'_, AppState>, on: bool) -> Res<()> {
         }
     }
     Ok(state.service.set_listening(on).await?)
+}
+
+/// Why Jarvis cannot listen or speak, now and whenever it changes (`None`: the voice works).
+#[tauri::command]
+fn orb_problems(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    on_problem: Channel<Option<String>>,
+) -> Res<()> {
+    let mut problems = state.voice_problem.subscribe();
+    let task = tauri::async_runtime::spawn(async move {
+        loop {
+            let problem = problems.borrow_and_update().clone();
+            if on_problem.send(problem).is_err() {
+                break;
+            }
+            if problems.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    state.forward(window.label(), "voice problems", task);
+    Ok(())
 }
 
 #[tauri::command]

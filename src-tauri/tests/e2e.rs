@@ -227,6 +227,18 @@ async fn the_orb_is_undecorated_on_top_off_the_taskbar_and_shows_thinking_speaki
     assert_eq!(phases, ["idle", "thinking", "speaking", "idle"]);
     let answer = app.text("#answer").await;
     assert_eq!(answer.trim(), "Hello there. I am the orb's answer.");
+    // This data folder has no speech model: the orb marks it, and says why and how to fix it.
+    app.wait_for("the voice problem", |app| async move {
+        app.visible("#orb-problem").await.then_some(())
+    })
+    .await;
+    app.click("#orb-problem").await;
+    let problem = app.text("#orb-error").await;
+    assert!(
+        problem.starts_with("Voice unavailable: speech model not installed")
+            && problem.contains("scripts/models voice"),
+        "{problem}"
+    );
     app.screenshots("orb").await;
     app.quit().await;
 }
@@ -310,6 +322,10 @@ async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
         (app.visible("#mic").await && app.text("#listen").await == "Mic off").then_some(())
     })
     .await;
+    assert!(
+        !app.visible("#orb-problem").await,
+        "the voice works: no problem shown"
+    );
     let question = fixtures::speech("What is the capital of France?").unwrap();
     pulse.say(&question.then(&fixtures::silence(800)).to_i16());
     app.wait_for("the answer in the orb", |app| async move {

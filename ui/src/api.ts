@@ -48,6 +48,11 @@ export const api = {
     channel.onmessage = onUpdate;
     return invoke<void>("orb_attach", { onUpdate: channel });
   },
+  orbProblems: (onProblem: (problem: string | null) => void) => {
+    const channel = new Channel<string | null>();
+    channel.onmessage = onProblem;
+    return invoke<void>("orb_problems", { onProblem: channel });
+  },
   orbAsk: (text: string) => invoke<VoiceTicket>("orb_ask", { text }),
   orbRemove: (id: number) => invoke<boolean>("orb_remove", { id }),
   orbStop: () => invoke<boolean>("orb_stop"),

@@ -40,6 +40,16 @@ async function attach(): Promise<void> {
     await api.orbAttach((u) => {
       if (mine === seq) onUpdate(u);
     });
+    // Why it cannot listen or speak (no speech model, a microphone that failed), while it lasts.
+    // A small mark in the top bar (the orb has no room for a paragraph); the reason on hover,
+    // and in the error line when clicked.
+    await api.orbProblems((problem) => {
+      if (mine !== seq) return;
+      const mark = byId("orb-problem");
+      mark.hidden = problem === null;
+      mark.title = problem === null ? "" : `Voice unavailable: ${problem}`;
+      mark.setAttribute("aria-label", mark.title);
+    });
   } catch (err) {
     byId("orb-error").textContent = message(err);
   }
@@ -88,6 +98,9 @@ function render(): void {
 
 async function init(): Promise<void> {
   byId("hide").addEventListener("click", () => void api.orbHide());
+  byId("orb-problem").addEventListener("click", () => {
+    byId("orb-error").textContent = byId("orb-problem").title;
+  });
   byId("open-chat").addEventListener("click", () => void api.showWindow("chat"));
   byId("orb-stop").addEventListener("click", () => {
     api.orbStop().catch((err) => (byId("orb-error").textContent = message(err)));
