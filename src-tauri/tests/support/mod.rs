@@ -518,12 +518,25 @@ impl Page {
         self.type_into("#question", &format!("{text}\n")).await;
     }
 
+    /// Clicks the element; if the page replaced it between finding and clicking (a list that
+    /// re-renders as it loads), finds it again.
     pub async fn click(&self, selector: &str) {
-        let el = self
-            .client
-            .find(Locator::Css(selector))
-            .await
-            .unwrap_or_else(|e| panic!("no {selector}: {e}"));
-        el.click().await.unwrap();
+        for attempt in 1.. {
+            let el = self
+                .client
+                .find(Locator::Css(selector))
+                .await
+                .unwrap_or_else(|e| panic!("no {selector}: {e}"));
+            match el.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && attempt < 5 =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot click {selector}: {e}"),
+            }
+        }
     }
 }
