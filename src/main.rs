@@ -520,7 +520,9 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
         Some(id) => println!("Jarvis — chat {id}."),
         None => println!("Jarvis — a new chat."),
     }
-    println!("Type a question; /new, /chats, /open ID, /retry, /quit. Ctrl-C stops a reply.");
+    println!(
+        "Type a question; /new, /chats, /open ID, /retry, /afresh, /quit. Ctrl-C stops a reply."
+    );
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         print!("> ");
