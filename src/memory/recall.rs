@@ -136,16 +136,6 @@ pub const RECALLED: usize = 3;
 pub const MIN_SIMILARITY: f32 = 0.3;
 
 impl Recall {
-    /// Loads the embedder and runs it once, so that the first question does not pay for it. A
-    /// failure is only logged: the first real use reports it again.
-    pub fn warm_up(&self) {
-        let started = std::time::Instant::now();
-        match self.embedder.embed(&["warm up".to_string()]) {
-            Ok(_) => tracing::debug!(ms = started.elapsed().as_millis() as u64, "embedder ready"),
-            Err(err) => tracing::debug!("the embedder could not warm up: {err}"),
-        }
-    }
-
     /// Recall with `embedder` over the summaries already stored.
     pub fn new(
         embedder: std::sync::Arc<dyn super::embed::Embedder>,

@@ -262,10 +262,6 @@ impl Service {
         let (tx, rx) = mpsc::channel(64);
         let activity = Arc::new(watch::Sender::new(Activity::default()));
         let voice = Voice::new(options.listen_mode);
-        if let Some(recall) = options.recall.clone() {
-            // The embedder loads in the background, so the first question does not wait for it.
-            tokio::task::spawn_blocking(move || recall.warm_up());
-        }
         let handles = VoiceHandles {
             status: voice.status.subscribe(),
             windows: voice.windows.clone(),
