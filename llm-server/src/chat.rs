@@ -334,7 +334,7 @@ fn bare_calls(text: &str, names: &[String]) -> Option<Vec<ToolCall>> {
     }
     let mut calls = Vec::new();
     for value in serde_json::Deserializer::from_str(t).into_iter::<Value>() {
-        let call = parse_call(&value.ok()?.to_string())?;
+        let call = call_of(value.ok()?)?;
         if !names.contains(&call.name) {
             return None;
         }
@@ -343,9 +343,13 @@ fn bare_calls(text: &str, names: &[String]) -> Option<Vec<ToolCall>> {
     (!calls.is_empty()).then_some(calls)
 }
 
-/// `{"name": …, "arguments": {…}}` (arguments may also come as a JSON string).
+/// The call written between the tags.
 fn parse_call(body: &str) -> Option<ToolCall> {
-    let value: Value = serde_json::from_str(body.trim()).ok()?;
+    call_of(serde_json::from_str(body.trim()).ok()?)
+}
+
+/// `{"name": …, "arguments": {…}}` (arguments may also come as a JSON string).
+fn call_of(value: Value) -> Option<ToolCall> {
     let name = value.get("name")?.as_str()?.to_string();
     let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
         None | Some(Value::Null) => json!({}),
