@@ -11,6 +11,21 @@ use support::*;
 
 const KEY: &str = "sk-ant-from-the-keyring-0123456789";
 
+/// The session bus's configuration without `<servicedir>`: no service is started on demand.
+const BUS_CONFIG: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:tmpdir=/tmp</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"#;
+
 /// A session bus and a keyring daemon on it, stopped when dropped.
 struct Keyring {
     bus: String,
@@ -21,8 +36,15 @@ struct Keyring {
 impl Keyring {
     fn start() -> Keyring {
         let dir = tempfile::tempdir().unwrap();
+        // A session bus that starts nothing on demand. The stock session configuration would
+        // start the system's own `gnome-keyring-daemon --start` (with the real HOME and no
+        // unlocked collection) for the first message sent to the Secret Service before the
+        // private daemon below has claimed its name — and that daemon would answer instead.
+        let config = dir.path().join("bus.conf");
+        std::fs::write(&config, BUS_CONFIG).unwrap();
         let out = Command::new("dbus-daemon")
-            .args(["--session", "--fork", "--print-address=1", "--print-pid=1"])
+            .arg(format!("--config-file={}", config.display()))
+            .args(["--fork", "--print-address=1", "--print-pid=1"])
             .output()
             .expect("dbus-daemon is installed (scripts/setup --test installs it)");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -47,8 +69,9 @@ impl Keyring {
             daemon.wait().unwrap().success(),
             "the keyring daemon started"
         );
-        // The daemon forks before its default collection exists; wait until the Secret Service
-        // answers for it, so the first store does not race the daemon's start.
+        // The daemon forks before it owns the Secret Service's name and before its default
+        // collection exists; wait until it answers for that collection (until then the bus says
+        // the name has no owner), so the first store does not race the daemon's start.
         let ready = || {
             Command::new("dbus-send")
                 .args([
