@@ -207,10 +207,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log filter without `JARVIS_LOG`: warnings. The PulseAudio client's reactor reports every
+/// ordinary disconnect (a device list read, a microphone closed) as an error; it is not one.
+const DEFAULT_LOG: &str = "warn,pulseaudio::client::reactor=off";
+
 /// Logs go to stderr, filtered by `JARVIS_LOG` (default: warnings).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -798,6 +802,25 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
             "missing: apt-get install espeak-ng"
         }
     );
+    let wanted = s.voice.input_device.trim();
+    match tokio::task::spawn_blocking(voice::device::microphones).await {
+        Ok(Ok(found)) => println!(
+            "microphone: {}; found: {}",
+            match (wanted, &found.default) {
+                ("", Some(default)) => format!("the system default ({default})"),
+                ("", None) => "the system default (there is none)".to_string(),
+                (name, _) if found.names.iter().any(|n| n == name) => format!("{name:?}"),
+                (name, _) => format!("{name:?}, not connected: choose another in Settings"),
+            },
+            if found.names.is_empty() {
+                "none".to_string()
+            } else {
+                found.names.join(", ")
+            }
+        ),
+        Ok(Err(err)) => println!("microphone: cannot list the input devices ({err})"),
+        Err(err) => println!("microphone: cannot list the input devices ({err})"),
+    }
     if problems.is_empty() {
         println!("all good");
         Ok(ExitCode::SUCCESS)

@@ -150,3 +150,43 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
     drop(voice);
     drop(pulse);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connected() {
+    let pulse =
+        Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
+    let dir = Dir::new();
+    let microphone_line = |settings: &'static str| {
+        std::fs::write(dir.path().join("settings.toml"), settings).unwrap();
+        let mut cmd = jarvis(&dir);
+        cmd.env("PULSE_SERVER", pulse.server()).arg("doctor");
+        async move {
+            let (_, report, log) = output(&mut cmd).await;
+            // Closing the sound server's connection is not an error.
+            assert!(!log.contains("ERROR"), "{log}");
+            report
+                .lines()
+                .find(|l| l.starts_with("microphone: "))
+                .unwrap_or_else(|| panic!("no microphone line: {report}"))
+                .to_string()
+        }
+    };
+    let line = microphone_line("").await;
+    assert!(
+        line.starts_with("microphone: the system default (Unix FIFO source ")
+            && line.ends_with("mic.fifo, Monitor of Null Output"),
+        "{line}"
+    );
+    let line = microphone_line("[voice]\ninput_device = \"Desk Mic\"\n").await;
+    assert!(
+        line.starts_with(
+            "microphone: \"Desk Mic\", not connected: choose another in Settings; found: Unix FIFO source "
+        ),
+        "{line}"
+    );
+    let line = microphone_line("[voice]\ninput_device = \"Monitor of Null Output\"\n").await;
+    assert!(
+        line.starts_with("microphone: \"Monitor of Null Output\"; found: "),
+        "{line}"
+    );
+}

@@ -27,11 +27,39 @@ fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
             .input_devices()
             .map_err(device_error)?
             .find(|d| d.description().is_ok_and(|desc| desc.name() == wanted))
-            .ok_or_else(|| VoiceError::Device(format!("no input device called {wanted:?}"))),
+            .ok_or_else(|| {
+                VoiceError::Device(format!(
+                    "the microphone {wanted:?} is not connected: connect it, or choose another in Settings"
+                ))
+            }),
         None => host.default_input_device().ok_or_else(|| {
             VoiceError::Device("no microphone: the system has no input device".into())
         }),
     }
+}
+
+/// The microphones the system offers, each by the name [`CpalSource::device`] takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Microphones {
+    /// The system's default, when it has one.
+    pub default: Option<String>,
+    /// Every input device, the default first, each name once.
+    pub names: Vec<String>,
+}
+
+/// Lists the input devices (on Linux, PulseAudio's or PipeWire's sources where a sound server
+/// runs, ALSA's devices otherwise). Blocking: it asks the sound server.
+pub fn microphones() -> Result<Microphones, VoiceError> {
+    let host = cpal::default_host();
+    let name_of = |d: &cpal::Device| d.description().ok().map(|d| d.name().to_string());
+    let default = host.default_input_device().as_ref().and_then(name_of);
+    let mut names: Vec<String> = default.iter().cloned().collect();
+    for device in host.input_devices().map_err(device_error)? {
+        if let Some(name) = name_of(&device).filter(|n| !names.contains(n)) {
+            names.push(name);
+        }
+    }
+    Ok(Microphones { default, names })
 }
 
 /// The microphone, through cpal.
