@@ -15,6 +15,7 @@ const COMMANDS: &[&str] = &[
     "watch_activity",
     "get_settings",
     "save_settings",
+    "microphones",
     "open_link",
     "show_window",
     "orb_attach",

@@ -45,6 +45,7 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         watch_activity,
         get_settings,
         save_settings,
+        microphones,
         open_link,
         show_window,
         orb_attach,
@@ -214,6 +215,23 @@ async fn save_settings(
 ) -> Res<SettingsView> {
     crate::settings::save(&app, &state, form).await?;
     Ok(SettingsView::of(&state))
+}
+
+/// The microphones Settings offers: the system's input devices, the default first.
+#[derive(Serialize)]
+pub struct MicrophoneList {
+    default: Option<String>,
+    names: Vec<String>,
+}
+
+#[tauri::command]
+async fn microphones() -> Res<MicrophoneList> {
+    // The sound server is asked on a thread of its own: it may take a moment.
+    let found = tauri::async_runtime::spawn_blocking(jarvis::voice::device::microphones).await??;
+    Ok(MicrophoneList {
+        default: found.default,
+        names: found.names,
+    })
 }
 
 /// Opens a link of a reply in the system browser, never in the webview.

@@ -27,6 +27,8 @@ pub struct SettingsView {
     listen_mode: ListenMode,
     speech_model: SpeechModel,
     wake_threshold: f32,
+    /// The microphone by name (empty: the system's default).
+    input_device: String,
     /// The user's rules file (empty: the built-in rules).
     rules: String,
     theme: Theme,
@@ -77,6 +79,7 @@ impl SettingsView {
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
             wake_threshold: s.voice.wake_threshold,
+            input_device: s.voice.input_device.clone(),
             rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
             path: config.path.display().to_string(),
@@ -95,6 +98,7 @@ pub struct SettingsForm {
     save_conversations: bool,
     speech_model: SpeechModel,
     wake_threshold: f32,
+    input_device: String,
     rules: String,
     theme: Theme,
 }
@@ -132,6 +136,7 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
             vec!["voice", "wake_threshold"],
             Some(SettingValue::Float(f64::from(form.wake_threshold))),
         ),
+        (vec!["voice", "input_device"], text(&form.input_device)),
     ];
     // A rules file that cannot be read is refused here, with the reason.
     jarvis::prompt::rules_from(&form.rules).map_err(anyhow::Error::msg)?;
@@ -197,7 +202,8 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         None
     };
     let voice_changed = old.voice.speech_model != new.voice.speech_model
-        || old.voice.wake_threshold != new.voice.wake_threshold;
+        || old.voice.wake_threshold != new.voice.wake_threshold
+        || old.voice.input_device != new.voice.input_device;
     let old_shortcut = old.desktop.shortcut;
     let options = ServiceOptions::from_settings(&new_config.settings);
     state.service.reconfigure(backend, options).await?;
@@ -205,7 +211,7 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         crate::shortcut::register(app, &shortcut)?;
     }
     if voice_changed {
-        // The new speech model or threshold: a new voice loop, once the voice conversation's reply
+        // The new speech model, threshold or microphone: a new voice loop, once the voice conversation's reply
         // (and its speech) is answered — switching never cuts one. Listening resumes as it was.
         let app = app.clone();
         let mut status = state.service.voice_status();

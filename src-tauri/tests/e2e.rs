@@ -358,6 +358,121 @@ async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
 
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
+async fn the_microphone_chosen_in_settings_is_the_one_the_orb_listens_to() {
+    let _one = one_app_at_a_time().await;
+    let pulse = jarvis::voice::pulse::Pulse::start().expect("a PulseAudio server");
+    let stub = Stub::start().await.unwrap();
+    let answer = "It is sunny all day.";
+    stub.push(Script::text(answer));
+    let data = Data::with_voice(&pulse);
+    // The microphone saved last time is not plugged in.
+    let settings_file = data.path().join("settings.toml");
+    let mut settings = std::fs::read_to_string(&settings_file).unwrap();
+    settings.push_str("input_device = \"Desk Mic\"\n");
+    std::fs::write(&settings_file, settings).unwrap();
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the Listen button", |app| async move {
+        app.visible("#listen").await.then_some(())
+    })
+    .await;
+    app.click("#listen").await;
+    let problem = app
+        .wait_for("the orb to say it cannot listen", |app| async move {
+            app.visible("#orb-problem")
+                .await
+                .then_some(app.attr("#orb-problem", "title").await)
+        })
+        .await;
+    assert!(
+        problem.contains("\"Desk Mic\" is not connected") && problem.contains("Settings"),
+        "{problem}"
+    );
+
+    // Settings lists the real devices and keeps the missing one, marked.
+    app.chat_window().await;
+    app.click("#open-settings").await;
+    let options = app
+        .wait_for("the microphones listed", |app| async move {
+            let list = app
+                .eval(
+                    "return [...document.querySelectorAll('#set-mic option')]
+                       .map(o => [o.value, o.textContent, o.selected]);",
+                )
+                .await;
+            let list: Vec<(String, String, bool)> = serde_json::from_value(list).unwrap();
+            (list.len() > 2).then_some(list)
+        })
+        .await;
+    let labels: Vec<&str> = options.iter().map(|(_, label, _)| label.as_str()).collect();
+    assert!(
+        labels[0].starts_with("System default (Unix FIFO source"),
+        "{labels:?}"
+    );
+    assert!(labels.contains(&"Monitor of Null Output"), "{labels:?}");
+    let chosen: Vec<&str> = options
+        .iter()
+        .filter(|(_, _, selected)| *selected)
+        .map(|(_, label, _)| label.as_str())
+        .collect();
+    assert_eq!(chosen, ["Desk Mic (not connected)"]);
+    let fifo = options
+        .iter()
+        .map(|(value, _, _)| value.clone())
+        .find(|value| value.starts_with("Unix FIFO source"))
+        .unwrap_or_else(|| panic!("the pipe source is listed: {labels:?}"));
+    app.eval(&format!(
+        "document.getElementById('set-mic').value = {}; return true;",
+        serde_json::Value::from(fifo.as_str())
+    ))
+    .await;
+    app.screenshots("settings-microphone").await;
+    app.click("#settings-save").await;
+    app.wait_for("the dialog to close", |app| async move {
+        (app.eval("return document.getElementById('settings').open;")
+            .await
+            == false)
+            .then_some(())
+    })
+    .await;
+    let saved = std::fs::read_to_string(&settings_file).unwrap();
+    assert!(
+        saved.contains(&format!(
+            "input_device = {}",
+            serde_json::Value::from(fifo.as_str())
+        )),
+        "{saved}"
+    );
+
+    // The orb listens again, through the chosen microphone, with no click.
+    app.orb_window().await;
+    app.wait_for(
+        "the problem gone and the microphone open",
+        |app| async move {
+            (!app.visible("#orb-problem").await && app.visible("#mic").await).then_some(())
+        },
+    )
+    .await;
+    let question = fixtures::speech("What is the weather like today?").unwrap();
+    pulse.say(&question.then(&fixtures::silence(800)).to_i16());
+    app.wait_for("the answer in the orb", |app| async move {
+        (app.text("#answer").await.trim() == answer).then_some(())
+    })
+    .await;
+    data.wait_for_reply_end().await;
+    let asked = stub.received();
+    assert!(
+        asked.last().unwrap().body["messages"]
+            .to_string()
+            .to_lowercase()
+            .contains("weather"),
+        "the question was heard through the chosen microphone"
+    );
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
 async fn the_memory_panel_adds_edits_and_really_deletes_facts_and_the_request_view_shows_them() {
     let _one = one_app_at_a_time().await;
     let stub = Stub::start().await.unwrap();

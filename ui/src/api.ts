@@ -9,6 +9,7 @@ import type {
   ChatRecord,
   Fact,
   ListenMode,
+  MicrophoneList,
   ReplyEvent,
   SettingsForm,
   SettingsView,
@@ -41,6 +42,7 @@ export const api = {
   },
   getSettings: () => invoke<SettingsView>("get_settings"),
   saveSettings: (form: SettingsForm) => invoke<SettingsView>("save_settings", { form }),
+  microphones: () => invoke<MicrophoneList>("microphones"),
   openLink: (url: string) => invoke<void>("open_link", { url }),
   showWindow: (label: "chat" | "orb") => invoke<void>("show_window", { label }),
   orbAttach: (onUpdate: (u: VoiceUpdate) => void) => {

@@ -1,11 +1,12 @@
 // The Settings dialog: backend, model, base URL, API key (write-only: stored in the OS keyring and
-// never shown back), push-to-talk shortcut, saving voice conversations, the speech model, the wake
-// word threshold, theme.
+// never shown back), push-to-talk shortcut, saving voice conversations, the speech model, the
+// microphone, the wake word threshold, theme.
 
 import { api, message } from "./api";
 import { byId } from "./dom";
+import { microphoneOptions } from "./microphones";
 import { applyTheme } from "./theme";
-import type { BackendKind, SettingsView, SpeechModel, Theme } from "./types";
+import type { BackendKind, MicrophoneList, SettingsView, SpeechModel, Theme } from "./types";
 
 let current: SettingsView | null = null;
 
@@ -28,6 +29,34 @@ function showBackend(kind: BackendKind): void {
   byId<HTMLInputElement>("set-key").value = "";
 }
 
+function showMicrophones(saved: string, list: MicrophoneList | null): void {
+  const select = byId<HTMLSelectElement>("set-mic");
+  // A choice made while the list was loading is kept.
+  const chosen = select.options.length ? select.value : saved;
+  select.replaceChildren(
+    ...microphoneOptions(saved, list).map((o) => {
+      const option = document.createElement("option");
+      option.value = o.value;
+      option.textContent = o.label;
+      return option;
+    }),
+  );
+  select.value = chosen;
+  if (select.selectedIndex < 0) select.value = saved;
+}
+
+async function listMicrophones(saved: string): Promise<void> {
+  const note = byId("set-mic-note");
+  note.textContent = "Looking for microphones…";
+  try {
+    const list = await api.microphones();
+    showMicrophones(saved, list);
+    note.textContent = list.names.length ? "" : "No microphone found.";
+  } catch (err) {
+    note.textContent = `Cannot list the microphones: ${message(err)}`;
+  }
+}
+
 export async function openSettings(): Promise<void> {
   byId("settings-error").textContent = "";
   try {
@@ -43,6 +72,9 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
+  byId<HTMLSelectElement>("set-mic").replaceChildren();
+  showMicrophones(current.input_device, null);
+  void listMicrophones(current.input_device);
   byId<HTMLInputElement>("set-rules").value = current.rules;
   byId<HTMLSelectElement>("set-theme").value = current.theme;
   byId("settings-path").textContent = `Saved in ${current.path}`;
@@ -69,6 +101,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         save_conversations: byId<HTMLInputElement>("set-save").checked,
         speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
+        input_device: byId<HTMLSelectElement>("set-mic").value,
         rules: byId<HTMLInputElement>("set-rules").value.trim(),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,
       });

@@ -89,6 +89,7 @@ export interface SettingsView {
   listen_mode: ListenMode;
   speech_model: SpeechModel;
   wake_threshold: number;
+  input_device: string;
   rules: string;
   theme: Theme;
   path: string;
@@ -105,8 +106,15 @@ export interface SettingsForm {
   save_conversations: boolean;
   speech_model: SpeechModel;
   wake_threshold: number;
+  input_device: string;
   rules: string;
   theme: Theme;
+}
+
+/** The system's input devices, the default first. */
+export interface MicrophoneList {
+  default: string | null;
+  names: string[];
 }
 
 export interface Fact {
