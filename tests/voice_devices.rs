@@ -190,3 +190,53 @@ async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connec
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_microphone_that_is_not_connected_is_reported_and_listening_turns_off() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut settings = settings(BackendKind::Anthropic, &stub);
+    settings.voice.mode = ListenMode::HandsFree;
+    let config = dir.config(settings);
+    let backend =
+        jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
+    let service = Service::start(
+        dir.store(),
+        backend,
+        jarvis::ServiceOptions::from_settings(&config.settings),
+    );
+    let parts = VoiceParts {
+        // Whatever sound server this process sees, it has no device by this name.
+        source: Arc::new(CpalSource {
+            device: Some("Desk Mic".into()),
+        }),
+        sink: Arc::new(jarvis::voice::Recorder::new(22_050)),
+        // Never loaded: nothing is heard.
+        transcriber: Arc::new(
+            jarvis::voice::LazyWhisper::new(&model_dir().join("ggml-tiny.en.bin"), 1).unwrap(),
+        ),
+        synthesizer: Arc::new(Espeak::default()),
+        wake: None,
+    };
+    let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+    let mut problems = voice.problems();
+    let _orb = service.voice_attach().await.unwrap();
+    service.set_listening(true).await.unwrap();
+    let problem = tokio::time::timeout(LIMIT, problems.wait_for(|p| p.is_some()))
+        .await
+        .expect("the problem is reported")
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert!(
+        problem.contains("\"Desk Mic\" is not connected") && problem.contains("Settings"),
+        "{problem}"
+    );
+    // The status says what is true: the microphone is not open.
+    let mut status = service.voice_status();
+    tokio::time::timeout(LIMIT, status.wait_for(|s| !s.listening))
+        .await
+        .expect("listening turned off")
+        .unwrap();
+    drop(voice);
+}

@@ -388,6 +388,11 @@ async fn the_microphone_chosen_in_settings_is_the_one_the_orb_listens_to() {
         problem.contains("\"Desk Mic\" is not connected") && problem.contains("Settings"),
         "{problem}"
     );
+    // It does not claim a microphone it has not got.
+    app.wait_for("the microphone shown off", |app| async move {
+        (!app.visible("#mic").await && app.text("#listen").await == "Listen").then_some(())
+    })
+    .await;
 
     // Settings lists the real devices and keeps the missing one, marked.
     app.chat_window().await;
@@ -444,14 +449,17 @@ async fn the_microphone_chosen_in_settings_is_the_one_the_orb_listens_to() {
         "{saved}"
     );
 
-    // The orb listens again, through the chosen microphone, with no click.
+    // Listen now opens the chosen microphone.
     app.orb_window().await;
     app.wait_for(
-        "the problem gone and the microphone open",
-        |app| async move {
-            (!app.visible("#orb-problem").await && app.visible("#mic").await).then_some(())
-        },
+        "the problem gone with the old voice loop",
+        |app| async move { (!app.visible("#orb-problem").await).then_some(()) },
     )
+    .await;
+    app.click("#listen").await;
+    app.wait_for("the microphone open", |app| async move {
+        (app.visible("#mic").await && !app.visible("#orb-problem").await).then_some(())
+    })
     .await;
     let question = fixtures::speech("What is the weather like today?").unwrap();
     pulse.say(&question.then(&fixtures::silence(800)).to_i16());

@@ -221,6 +221,12 @@ impl LoopState {
                     Err(err) => {
                         tracing::warn!(%err, "the microphone could not open");
                         self.report_problem(Some(err.to_string()));
+                        // Not listening, then: the orb shows the microphone off (and the problem)
+                        // instead of "Mic on" over a microphone that is not open. Listen again
+                        // tries again.
+                        if let Err(err) = self.service.set_listening(false).await {
+                            tracing::warn!(%err, "listening could not be turned off");
+                        }
                     }
                 }
             }
