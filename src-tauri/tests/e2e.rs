@@ -393,6 +393,8 @@ async fn the_microphone_chosen_in_settings_is_the_one_the_orb_listens_to() {
         (!app.visible("#mic").await && app.text("#listen").await == "Listen").then_some(())
     })
     .await;
+    app.click("#orb-problem").await;
+    app.screenshots("orb-no-microphone").await;
 
     // Settings lists the real devices and keeps the missing one, marked.
     app.chat_window().await;
