@@ -197,14 +197,7 @@ async fn a_microphone_that_is_not_connected_is_reported_and_listening_turns_off(
     let dir = Dir::new();
     let mut settings = settings(BackendKind::Anthropic, &stub);
     settings.voice.mode = ListenMode::HandsFree;
-    let config = dir.config(settings);
-    let backend =
-        jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
-    let service = Service::start(
-        dir.store(),
-        backend,
-        jarvis::ServiceOptions::from_settings(&config.settings),
-    );
+    let service = service(&dir, settings);
     let parts = VoiceParts {
         // Whatever sound server this process sees, it has no device by this name.
         source: Arc::new(CpalSource {
