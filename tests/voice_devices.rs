@@ -27,6 +27,10 @@ fn speech(text: &str) -> Vec<i16> {
         .to_i16()
 }
 
+/// Tests that open devices in this process take turns: one of them points the process's
+/// `PULSE_SERVER` at its own server, which must not change under another one reading it.
+static IN_PROCESS_AUDIO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let wait = async {
         while !done() {
@@ -41,6 +45,7 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_speaker_and_ducked_under_speech(
 ) {
+    let _turn = IN_PROCESS_AUDIO.lock().await;
     let pulse =
         Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
     // This test binary talks to this server only.
@@ -193,6 +198,7 @@ async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connec
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_microphone_that_is_not_connected_is_reported_and_listening_turns_off() {
+    let _turn = IN_PROCESS_AUDIO.lock().await;
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let mut settings = settings(BackendKind::Anthropic, &stub);
