@@ -196,46 +196,100 @@ async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connec
     );
 }
 
+/// A hands-free voice loop listening through `source` (no speech is expected: whisper is never
+/// loaded), with the orb attached; it keeps the stub and the data folder alive.
+struct Listening {
+    service: Service,
+    voice: VoiceLoop,
+    _orb: jarvis::service::VoiceAttachment,
+    _stub: Stub,
+    _dir: Dir,
+}
+
+impl Listening {
+    async fn start(source: CpalSource) -> Listening {
+        let stub = Stub::start().await.unwrap();
+        let dir = Dir::new();
+        let mut settings = settings(BackendKind::Anthropic, &stub);
+        settings.voice.mode = ListenMode::HandsFree;
+        let service = service(&dir, settings);
+        let parts = VoiceParts {
+            source: Arc::new(source),
+            sink: Arc::new(jarvis::voice::Recorder::new(22_050)),
+            transcriber: Arc::new(
+                jarvis::voice::LazyWhisper::new(&model_dir().join("ggml-tiny.en.bin"), 1).unwrap(),
+            ),
+            synthesizer: Arc::new(Espeak::default()),
+            wake: None,
+        };
+        let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+        let orb = service.voice_attach().await.unwrap();
+        service.set_listening(true).await.unwrap();
+        Listening {
+            service,
+            voice,
+            _orb: orb,
+            _stub: stub,
+            _dir: dir,
+        }
+    }
+
+    /// The problem the loop reports next; then checks that listening turned off.
+    async fn problem(&self) -> String {
+        let mut problems = self.voice.problems();
+        let problem = tokio::time::timeout(LIMIT, problems.wait_for(|p| p.is_some()))
+            .await
+            .expect("the problem is reported")
+            .unwrap()
+            .clone()
+            .unwrap();
+        // The status says what is true: the microphone is not open.
+        let mut status = self.service.voice_status();
+        tokio::time::timeout(LIMIT, status.wait_for(|s| !s.listening))
+            .await
+            .expect("listening turned off")
+            .unwrap();
+        problem
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_microphone_that_is_not_connected_is_reported_and_listening_turns_off() {
     let _turn = IN_PROCESS_AUDIO.lock().await;
-    let stub = Stub::start().await.unwrap();
-    let dir = Dir::new();
-    let mut settings = settings(BackendKind::Anthropic, &stub);
-    settings.voice.mode = ListenMode::HandsFree;
-    let service = service(&dir, settings);
-    let parts = VoiceParts {
-        // Whatever sound server this process sees, it has no device by this name.
-        source: Arc::new(CpalSource {
-            device: Some("Desk Mic".into()),
-        }),
-        sink: Arc::new(jarvis::voice::Recorder::new(22_050)),
-        // Never loaded: nothing is heard.
-        transcriber: Arc::new(
-            jarvis::voice::LazyWhisper::new(&model_dir().join("ggml-tiny.en.bin"), 1).unwrap(),
-        ),
-        synthesizer: Arc::new(Espeak::default()),
-        wake: None,
-    };
-    let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
-    let mut problems = voice.problems();
-    let _orb = service.voice_attach().await.unwrap();
-    service.set_listening(true).await.unwrap();
-    let problem = tokio::time::timeout(LIMIT, problems.wait_for(|p| p.is_some()))
-        .await
-        .expect("the problem is reported")
-        .unwrap()
-        .clone()
-        .unwrap();
+    // Whatever sound server this process sees, it has no device by this name.
+    let listening = Listening::start(CpalSource {
+        device: Some("Desk Mic".into()),
+    })
+    .await;
+    let problem = listening.problem().await;
     assert!(
         problem.contains("\"Desk Mic\" is not connected") && problem.contains("Settings"),
         "{problem}"
     );
-    // The status says what is true: the microphone is not open.
-    let mut status = service.voice_status();
-    tokio::time::timeout(LIMIT, status.wait_for(|s| !s.listening))
-        .await
-        .expect("listening turned off")
-        .unwrap();
-    drop(voice);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown_off_with_the_reason(
+) {
+    let _turn = IN_PROCESS_AUDIO.lock().await;
+    let pulse =
+        Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
+    std::env::set_var("PULSE_SERVER", pulse.server());
+    let listening = Listening::start(CpalSource::default()).await;
+    // The microphone is open once the server has a recording stream.
+    let server = pulse.server();
+    wait_for("the microphone to open", || {
+        std::process::Command::new("pactl")
+            .env("PULSE_SERVER", &server)
+            .args(["list", "short", "source-outputs"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    })
+    .await;
+    assert!(listening.voice.problems().borrow().is_none());
+    drop(pulse);
+    assert_eq!(
+        listening.problem().await,
+        "the microphone stopped: PulseAudio disconnected"
+    );
 }

@@ -55,6 +55,7 @@ struct Rig {
     heard: broadcast::Receiver<UtteranceReport>,
     orb: Option<VoiceAttachment>,
     noise: Vec<UtteranceReport>,
+    problems: tokio::sync::watch::Receiver<Option<String>>,
     _voice: VoiceLoop,
     _dir: Dir,
     stub: Stub,
@@ -82,6 +83,7 @@ async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)
     };
     let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
     let heard = voice.heard();
+    let problems = voice.problems();
     let orb = Some(service.voice_attach().await.unwrap());
     service.set_listening(true).await.unwrap();
     Rig {
@@ -91,6 +93,7 @@ async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)
         heard,
         orb,
         noise: Vec::new(),
+        problems,
         _voice: voice,
         _dir: dir,
         stub,
@@ -235,6 +238,46 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
         "played back: {back}"
     );
     assert_eq!(stored.heard, None, "heard whole: no cut is recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_microphone_pulled_out_while_listening_is_shown_off_with_the_reason_and_listen_opens_it_again(
+) {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    let opened = || async {
+        let wait = async {
+            while rig.feed.opened_at().is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .expect("the microphone opened");
+    };
+    opened().await;
+    rig.feed.unplug();
+    rig.until("listening to turn off", |s| !s.listening).await;
+    let problem = tokio::time::timeout(LIMIT, rig.problems.wait_for(|p| p.is_some()))
+        .await
+        .expect("the problem is reported")
+        .unwrap()
+        .clone();
+    assert_eq!(problem.as_deref(), Some("the microphone was disconnected"));
+
+    // Plugged back in: Listen opens it, the problem goes, and a question is heard.
+    rig.service.set_listening(true).await.unwrap();
+    tokio::time::timeout(LIMIT, rig.problems.wait_for(|p| p.is_none()))
+        .await
+        .expect("the problem is cleared once the microphone opens")
+        .unwrap();
+    assert!(rig.status().listening);
+    rig.stub.push(streamed("It is noon."));
+    let reply = rig.ask("What time is it?").await;
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    let stored = rig.service.store().reply(reply).unwrap().unwrap();
+    assert_eq!(stored.text, "It is noon.");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

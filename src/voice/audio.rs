@@ -171,12 +171,44 @@ pub struct Capture {
     /// The frames, in order.
     pub frames: mpsc::Receiver<Vec<i16>>,
     close: CancellationToken,
+    lost: DeviceLost,
 }
 
 impl Capture {
-    /// A capture whose producer stops when `close` is cancelled (on drop).
-    pub fn new(frames: mpsc::Receiver<Vec<i16>>, close: CancellationToken) -> Capture {
-        Capture { frames, close }
+    /// A capture whose producer stops when `close` is cancelled (on drop), and which sets `lost`
+    /// before it ends the frames if the device goes away.
+    pub fn new(
+        frames: mpsc::Receiver<Vec<i16>>,
+        close: CancellationToken,
+        lost: DeviceLost,
+    ) -> Capture {
+        Capture {
+            frames,
+            close,
+            lost,
+        }
+    }
+
+    /// Why the frames ended, when they ended because the device went away (unplugged, its
+    /// sound server gone) rather than because the capture was closed.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.reason()
+    }
+}
+
+/// Set once by a capture's producer when its device goes away.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceLost(Arc<std::sync::OnceLock<String>>);
+
+impl DeviceLost {
+    /// Records why (the first reason is kept).
+    pub fn set(&self, why: impl Into<String>) {
+        let _ = self.0.set(why.into());
+    }
+
+    /// Why, once set.
+    pub fn reason(&self) -> Option<String> {
+        self.0.get().cloned()
     }
 }
 
@@ -248,7 +280,7 @@ impl AudioSource for WavSource {
                 }
             }
         });
-        Ok(Capture::new(rx, close))
+        Ok(Capture::new(rx, close, DeviceLost::default()))
     }
 }
 
@@ -267,6 +299,8 @@ pub struct Feed {
     queue: Arc<Mutex<VecDeque<i16>>>,
     /// When the microphone last opened: frame `n` of it is heard at this + n × 20 ms.
     opened: Arc<Mutex<Option<Instant>>>,
+    /// Set by [`Feed::unplug`] until the open capture notices.
+    unplugged: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Feed {
@@ -291,6 +325,13 @@ impl Feed {
     /// When the microphone last opened (its first frame's time).
     pub fn opened_at(&self) -> Option<Instant> {
         *lock(&self.opened)
+    }
+
+    /// Pulls the microphone out: the open capture ends as a real one does when its device goes
+    /// away. Opening it again works, as if it were plugged back in.
+    pub fn unplug(&self) {
+        self.unplugged
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -323,6 +364,8 @@ impl AudioSource for FeedSource {
         let (tx, rx) = mpsc::channel(64);
         let close = CancellationToken::new();
         let stop = close.clone();
+        let lost = DeviceLost::default();
+        let lost_here = lost.clone();
         let feed = self.feed.clone();
         let noise = self.noise;
         let period = Duration::from_secs_f64(FRAME_MS as f64 / 1000.0 / self.speed);
@@ -335,6 +378,13 @@ impl AudioSource for FeedSource {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
+                }
+                if feed
+                    .unplugged
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+                {
+                    lost_here.set("the microphone was disconnected");
+                    return;
                 }
                 let mut frame = Vec::with_capacity(FRAME);
                 {
@@ -354,7 +404,7 @@ impl AudioSource for FeedSource {
                 }
             }
         });
-        Ok(Capture::new(rx, close))
+        Ok(Capture::new(rx, close, lost))
     }
 }
 

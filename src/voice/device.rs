@@ -13,7 +13,7 @@ use rubato::{FftFixedIn, Resampler};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::audio::{AudioSink, AudioSource, Capture, Clip};
+use super::audio::{AudioSink, AudioSource, Capture, Clip, DeviceLost};
 use super::{VoiceError, FRAME, SAMPLE_RATE};
 
 fn device_error(e: impl std::fmt::Display) -> VoiceError {
@@ -60,6 +60,17 @@ pub fn microphones() -> Result<Microphones, VoiceError> {
         }
     }
     Ok(Microphones { default, names })
+}
+
+/// Whether a stream goes on after an error of this kind (a glitch), or has stopped for good.
+fn stream_goes_on(kind: cpal::ErrorKind) -> bool {
+    matches!(
+        kind,
+        cpal::ErrorKind::Xrun
+            | cpal::ErrorKind::DeviceChanged
+            | cpal::ErrorKind::RealtimeDenied
+            | cpal::ErrorKind::DeviceBusy
+    )
 }
 
 /// The microphone, through cpal.
@@ -129,6 +140,9 @@ impl AudioSource for CpalSource {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let device_name = self.device.clone();
         let stop = close.clone();
+        let lost = DeviceLost::default();
+        let lost_here = lost.clone();
+        let end = close.clone();
         std::thread::Builder::new()
             .name("jarvis-microphone".into())
             .spawn(move || {
@@ -146,7 +160,16 @@ impl AudioSource for CpalSource {
                                     let _ = tx.try_send(frame);
                                 });
                             },
-                            |err| tracing::warn!(%err, "microphone error"),
+                            move |err| {
+                                if stream_goes_on(err.kind()) {
+                                    tracing::warn!(%err, "microphone error");
+                                } else {
+                                    // Unplugged, or its sound server went away: end the
+                                    // capture, saying why.
+                                    lost_here.set(format!("the microphone stopped: {err}"));
+                                    end.cancel();
+                                }
+                            },
                             None,
                         )
                         .map_err(device_error)?;
@@ -171,7 +194,7 @@ impl AudioSource for CpalSource {
         ready_rx
             .recv_timeout(Duration::from_secs(5))
             .map_err(|_| VoiceError::Device("the microphone did not open within 5 s".into()))??;
-        Ok(Capture::new(rx, close))
+        Ok(Capture::new(rx, close, lost))
     }
 }
 

@@ -44,6 +44,8 @@ pub enum ListenEvent {
     SpeechEnded,
     /// An utterance, judged.
     Heard(UtteranceReport),
+    /// The microphone went away while open (unplugged, its sound server gone), and why.
+    MicrophoneLost(String),
 }
 
 /// What the listener shares with the speaking side: whether Jarvis's voice is playing, what it

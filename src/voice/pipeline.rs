@@ -313,6 +313,9 @@ impl LoopState {
                         }
                         None => {
                             send(listener.finish());
+                            if let Some(why) = capture.lost() {
+                                let _ = events.send(ListenEvent::MicrophoneLost(why));
+                            }
                             return;
                         }
                     }
@@ -334,6 +337,16 @@ impl LoopState {
             ListenEvent::SpeechEnded => {
                 self.in_speech = false;
                 self.speaker.duck(false);
+            }
+            ListenEvent::MicrophoneLost(why) => {
+                // What was said before it went is heard (the listener finished first); then
+                // the microphone is shown off with the reason, as when it cannot open.
+                tracing::warn!(%why, "the microphone went away");
+                self.mic = None;
+                self.report_problem(Some(why));
+                if let Err(err) = self.service.set_listening(false).await {
+                    tracing::warn!(%err, "listening could not be turned off");
+                }
             }
             ListenEvent::Heard(report) => {
                 tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
