@@ -286,10 +286,16 @@ async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown
             .is_ok_and(|o| !o.stdout.is_empty())
     })
     .await;
+    // The stream exists a moment before the microphone has finished opening.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(listening.voice.problems().borrow().is_none());
     drop(pulse);
-    assert_eq!(
-        listening.problem().await,
-        "the microphone stopped: PulseAudio disconnected"
+    // cpal reports the server's end when it notices it (also when the microphone was still
+    // opening); otherwise the silence gives it away.
+    let problem = listening.problem().await;
+    assert!(
+        problem.ends_with("PulseAudio disconnected")
+            || problem == "the microphone stopped sending sound",
+        "{problem}"
     );
 }

@@ -62,6 +62,9 @@ pub fn microphones() -> Result<Microphones, VoiceError> {
     Ok(Microphones { default, names })
 }
 
+/// An open microphone that sends nothing for this long has stopped.
+const MICROPHONE_STALL: Duration = Duration::from_secs(3);
+
 /// Whether a stream goes on after an error of this kind (a glitch), or has stopped for good.
 fn stream_goes_on(kind: cpal::ErrorKind) -> bool {
     matches!(
@@ -136,13 +139,22 @@ impl AudioSource for CpalSource {
     fn open(&self) -> Result<Capture, VoiceError> {
         // Ten seconds of frames: a slow transcription never makes the device drop audio.
         let (tx, rx) = mpsc::channel(500);
+        // The one sender, taken out when the capture ends so the frames end with it even if the
+        // sound server's side never lets go of the callback.
+        let tx = Arc::new(Mutex::new(Some(tx)));
+        let sender = tx.clone();
         let close = CancellationToken::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let device_name = self.device.clone();
         let stop = close.clone();
         let lost = DeviceLost::default();
         let lost_here = lost.clone();
+        let lost_stalled = lost.clone();
         let end = close.clone();
+        // When sound last came, in milliseconds since the stream was built.
+        let since = std::time::Instant::now();
+        let last_sound = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let sound_came = last_sound.clone();
         std::thread::Builder::new()
             .name("jarvis-microphone".into())
             .spawn(move || {
@@ -155,10 +167,18 @@ impl AudioSource for CpalSource {
                         .build_input_stream::<f32, _, _>(
                             config,
                             move |data: &[f32], _| {
-                                framer.push(data, |frame| {
-                                    // A full queue drops the frame rather than blocking the device.
-                                    let _ = tx.try_send(frame);
-                                });
+                                sound_came.store(
+                                    since.elapsed().as_millis() as u64,
+                                    std::sync::atomic::Ordering::Relaxed,
+                                );
+                                let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+                                if let Some(tx) = tx.as_ref() {
+                                    framer.push(data, |frame| {
+                                        // A full queue drops the frame rather than blocking the
+                                        // device.
+                                        let _ = tx.try_send(frame);
+                                    });
+                                }
                             },
                             move |err| {
                                 if stream_goes_on(err.kind()) {
@@ -179,10 +199,20 @@ impl AudioSource for CpalSource {
                 match opened {
                     Ok(stream) => {
                         let _ = ready_tx.send(Ok(()));
-                        // Hold the stream until the capture is dropped.
+                        // Hold the stream until the capture is dropped — or until no sound has
+                        // come for a while: an open microphone sends even silence without a
+                        // pause, and not every sound server's end is reported as an error.
                         while !stop.is_cancelled() {
                             std::thread::sleep(Duration::from_millis(20));
+                            let last = Duration::from_millis(
+                                last_sound.load(std::sync::atomic::Ordering::Relaxed),
+                            );
+                            if since.elapsed().saturating_sub(last) > MICROPHONE_STALL {
+                                lost_stalled.set("the microphone stopped sending sound");
+                                break;
+                            }
                         }
+                        sender.lock().unwrap_or_else(|e| e.into_inner()).take();
                         drop(stream);
                     }
                     Err(err) => {

@@ -96,6 +96,7 @@ impl VoiceLoop {
             heard: heard.clone(),
             problem: problem_tx,
             mic: None,
+            mic_down: false,
             events_tx,
             chat: None,
             watched: false,
@@ -152,6 +153,10 @@ struct LoopState {
     heard: broadcast::Sender<UtteranceReport>,
     problem: watch::Sender<Option<String>>,
     mic: Option<Mic>,
+    /// The microphone failed or went away while listening: it is not opened again until
+    /// listening has been turned off (the status says "listening" until the service has taken
+    /// the "off" this loop sent) and on again.
+    mic_down: bool,
     events_tx: mpsc::UnboundedSender<ListenEvent>,
     chat: Option<(ChatId, Attachment)>,
     watched: bool,
@@ -210,7 +215,10 @@ impl LoopState {
     async fn on_status(&mut self, status: VoiceStatus) {
         // The microphone: open exactly while listening, in the mode the status says.
         let wanted = status.listening.then_some(status.mode);
-        if self.mic.as_ref().map(|m| m.mode) != wanted {
+        if !status.listening {
+            self.mic_down = false;
+        }
+        if self.mic.as_ref().map(|m| m.mode) != wanted && !(self.mic_down && self.mic.is_none()) {
             self.mic = None; // closes (and, for push to talk, ends the utterance)
             if let Some(mode) = wanted {
                 match self.open_mic(mode) {
@@ -220,6 +228,7 @@ impl LoopState {
                     }
                     Err(err) => {
                         tracing::warn!(%err, "the microphone could not open");
+                        self.mic_down = true;
                         self.report_problem(Some(err.to_string()));
                         // Not listening, then: the orb shows the microphone off (and the problem)
                         // instead of "Mic on" over a microphone that is not open. Listen again
@@ -343,6 +352,7 @@ impl LoopState {
                 // the microphone is shown off with the reason, as when it cannot open.
                 tracing::warn!(%why, "the microphone went away");
                 self.mic = None;
+                self.mic_down = true;
                 self.report_problem(Some(why));
                 if let Err(err) = self.service.set_listening(false).await {
                     tracing::warn!(%err, "listening could not be turned off");
