@@ -234,6 +234,23 @@ impl Listening {
         }
     }
 
+    /// Waits until the microphone is open on `pulse`, with no problem.
+    async fn opened(&self, pulse: &Pulse) {
+        // Open once the server has a recording stream — and a moment later, when opening is done.
+        let server = pulse.server();
+        wait_for("the microphone to open", || {
+            std::process::Command::new("pactl")
+                .env("PULSE_SERVER", &server)
+                .args(["list", "short", "source-outputs"])
+                .output()
+                .is_ok_and(|o| !o.stdout.is_empty())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(self.voice.problems().borrow().is_none());
+        assert!(self.service.voice_status().borrow().listening);
+    }
+
     /// The problem the loop reports next; then checks that listening turned off.
     async fn problem(&self) -> String {
         let mut problems = self.voice.problems();
@@ -276,19 +293,7 @@ async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown
         Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
     std::env::set_var("PULSE_SERVER", pulse.server());
     let listening = Listening::start(CpalSource::default()).await;
-    // The microphone is open once the server has a recording stream.
-    let server = pulse.server();
-    wait_for("the microphone to open", || {
-        std::process::Command::new("pactl")
-            .env("PULSE_SERVER", &server)
-            .args(["list", "short", "source-outputs"])
-            .output()
-            .is_ok_and(|o| !o.stdout.is_empty())
-    })
-    .await;
-    // The stream exists a moment before the microphone has finished opening.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(listening.voice.problems().borrow().is_none());
+    listening.opened(&pulse).await;
     drop(pulse);
     // cpal reports the server's end when it notices it (also when the microphone was still
     // opening); otherwise the silence gives it away.
@@ -297,5 +302,25 @@ async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown
         problem.ends_with("PulseAudio disconnected")
             || problem == "the microphone stopped sending sound",
         "{problem}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_microphone_that_stops_sending_sound_is_shown_off_with_the_reason() {
+    let _turn = IN_PROCESS_AUDIO.lock().await;
+    let pulse =
+        Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
+    std::env::set_var("PULSE_SERVER", pulse.server());
+    let listening = Listening::start(CpalSource::default()).await;
+    listening.opened(&pulse).await;
+    pulse.freeze_microphone();
+    let frozen = std::time::Instant::now();
+    assert_eq!(
+        listening.problem().await,
+        "the microphone stopped sending sound"
+    );
+    assert!(
+        frozen.elapsed() >= Duration::from_secs(2),
+        "not before it had been quiet a while"
     );
 }

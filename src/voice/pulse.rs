@@ -150,6 +150,14 @@ impl Pulse {
         }
     }
 
+    /// The microphone stops delivering anything, as a frozen device does: the pipe source is no
+    /// longer written to.
+    pub fn freeze_microphone(&self) {
+        if let Some(mic) = &self.mic {
+            mic.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// Starts recording the speaker (the null sink's monitor, 22,050 Hz mono s16le).
     pub fn record_speaker(&self) -> Result<SpeakerRecording, VoiceError> {
         let mut child = Command::new("parec")
