@@ -470,8 +470,10 @@ async fn its_voice_is_lowered_to_a_fifth_while_the_user_speaks_over_it_and_comes
     // The samples played in between are at a fifth of their level.
     let played = rig.recorder.played_samples();
     let rate = f64::from(played.rate);
-    let span = &played.samples[(ducked.played.as_secs_f64() * rate) as usize
-        ..(back.played.as_secs_f64() * rate) as usize];
+    // (Rounded: a sample count turned into a Duration and back can come out a hair under the
+    // whole number, and truncating it took in the last sample before the duck.)
+    let index = |d: Duration| (d.as_secs_f64() * rate).round() as usize;
+    let span = &played.samples[index(ducked.played)..index(back.played)];
     let peak = span.iter().fold(0.0_f32, |m, s| m.max(s.abs()));
     assert!(
         peak > 0.0 && peak <= 0.2 + 1e-3,
