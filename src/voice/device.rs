@@ -151,7 +151,7 @@ impl AudioSource for CpalSource {
         let lost_here = lost.clone();
         let lost_stalled = lost.clone();
         let end = close.clone();
-        // When sound last came, in milliseconds since the stream was built.
+        // When sound last came (or the stream started), in milliseconds since `since`.
         let since = std::time::Instant::now();
         let last_sound = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let sound_came = last_sound.clone();
@@ -199,6 +199,12 @@ impl AudioSource for CpalSource {
                 match opened {
                     Ok(stream) => {
                         let _ = ready_tx.send(Ok(()));
+                        // The wait for sound counts from the stream's start, however long
+                        // opening took.
+                        last_sound.fetch_max(
+                            since.elapsed().as_millis() as u64,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
                         // Hold the stream until the capture is dropped — or until no sound has
                         // come for a while: an open microphone sends even silence without a
                         // pause, and not every sound server's end is reported as an error.
