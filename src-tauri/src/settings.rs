@@ -211,8 +211,9 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         crate::shortcut::register(app, &shortcut)?;
     }
     if voice_changed {
-        // The new speech model, threshold or microphone: a new voice loop, once the voice conversation's reply
-        // (and its speech) is answered — switching never cuts one. Listening resumes as it was.
+        // The new speech model, threshold or microphone: a new voice loop, once the voice
+        // conversation's reply (and its speech) is answered — switching never cuts one.
+        // Listening resumes as it was.
         let app = app.clone();
         let mut status = state.service.voice_status();
         tauri::async_runtime::spawn(async move {
