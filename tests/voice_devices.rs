@@ -234,6 +234,17 @@ impl Listening {
         }
     }
 
+    /// A private PulseAudio server, and the loop listening through its default microphone
+    /// (this process's `PULSE_SERVER` points at it: hold `IN_PROCESS_AUDIO`).
+    async fn on_a_private_server() -> (Pulse, Listening) {
+        let pulse =
+            Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
+        std::env::set_var("PULSE_SERVER", pulse.server());
+        let listening = Listening::start(CpalSource::default()).await;
+        listening.opened(&pulse).await;
+        (pulse, listening)
+    }
+
     /// Waits until the microphone is open on `pulse`, with no problem.
     async fn opened(&self, pulse: &Pulse) {
         // Open once the server has a recording stream — and a moment later, when opening is done.
@@ -289,11 +300,7 @@ async fn a_microphone_that_is_not_connected_is_reported_and_listening_turns_off(
 async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown_off_with_the_reason(
 ) {
     let _turn = IN_PROCESS_AUDIO.lock().await;
-    let pulse =
-        Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
-    std::env::set_var("PULSE_SERVER", pulse.server());
-    let listening = Listening::start(CpalSource::default()).await;
-    listening.opened(&pulse).await;
+    let (pulse, listening) = Listening::on_a_private_server().await;
     drop(pulse);
     // cpal reports the server's end when it notices it (also when the microphone was still
     // opening); otherwise the silence gives it away.
@@ -308,11 +315,7 @@ async fn when_the_sound_server_goes_away_while_listening_the_microphone_is_shown
 #[tokio::test(flavor = "multi_thread")]
 async fn a_microphone_that_stops_sending_sound_is_shown_off_with_the_reason() {
     let _turn = IN_PROCESS_AUDIO.lock().await;
-    let pulse =
-        Pulse::start().expect("a PulseAudio server (scripts/setup --deps --test installs it)");
-    std::env::set_var("PULSE_SERVER", pulse.server());
-    let listening = Listening::start(CpalSource::default()).await;
-    listening.opened(&pulse).await;
+    let (pulse, listening) = Listening::on_a_private_server().await;
     pulse.freeze_microphone();
     let frozen = std::time::Instant::now();
     assert_eq!(
