@@ -518,21 +518,22 @@ impl Page {
         self.type_into("#question", &format!("{text}\n")).await;
     }
 
-    /// Clicks the element; if the page replaced it between finding and clicking (a list that
-    /// re-renders as it loads), finds it again.
+    /// Clicks the element; if the page replaced it while it was being found or clicked (a list
+    /// that re-renders as it loads), finds it again.
     pub async fn click(&self, selector: &str) {
+        let stale = |e: &fantoccini::error::CmdError| {
+            matches!(e, fantoccini::error::CmdError::Standard(w)
+                if w.error == fantoccini::error::ErrorStatus::StaleElementReference)
+        };
         for attempt in 1.. {
-            let el = self
-                .client
-                .find(Locator::Css(selector))
-                .await
-                .unwrap_or_else(|e| panic!("no {selector}: {e}"));
-            match el.click().await {
+            let clicked = match self.client.find(Locator::Css(selector)).await {
+                Ok(el) => el.click().await,
+                Err(e) if stale(&e) && attempt < 5 => Err(e),
+                Err(e) => panic!("no {selector}: {e}"),
+            };
+            match clicked {
                 Ok(()) => return,
-                Err(fantoccini::error::CmdError::Standard(e))
-                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
-                        && attempt < 5 =>
-                {
+                Err(e) if stale(&e) && attempt < 5 => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => panic!("cannot click {selector}: {e}"),
