@@ -661,7 +661,9 @@ impl Actor {
             }
             Command::Listening { on } => self.voice.update(|s| {
                 s.listening = on;
-                if !on {
+                if on {
+                    s.listens += 1;
+                } else {
                     s.awake = false;
                 }
             }),

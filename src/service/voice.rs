@@ -68,6 +68,9 @@ pub struct VoiceStatus {
     /// Counts Stop and End: the voice loop cuts Jarvis's voice on each, even when the reply
     /// itself had already finished and only its audio was still playing.
     pub stops: u64,
+    /// Counts the times listening was turned on: the voice loop opens a microphone that failed
+    /// again only on a new one (a status it had not caught up with yet does not count).
+    pub listens: u64,
 }
 
 /// How a question put to the voice conversation was taken.

@@ -96,7 +96,8 @@ impl VoiceLoop {
             heard: heard.clone(),
             problem: problem_tx,
             mic: None,
-            mic_down: false,
+            mic_down: None,
+            mic_opened_for: 0,
             events_tx,
             chat: None,
             watched: false,
@@ -153,10 +154,12 @@ struct LoopState {
     heard: broadcast::Sender<UtteranceReport>,
     problem: watch::Sender<Option<String>>,
     mic: Option<Mic>,
-    /// The microphone failed or went away while listening: it is not opened again until
-    /// listening has been turned off (the status says "listening" until the service has taken
-    /// the "off" this loop sent) and on again.
-    mic_down: bool,
+    /// The microphone failed or went away while listening was on for the `listens`-th time: it
+    /// is not opened again until listening is turned on anew (until the service has taken the
+    /// "off" this loop sent, the status still says "listening").
+    mic_down: Option<u64>,
+    /// The `listens` count the open microphone was opened for.
+    mic_opened_for: u64,
     events_tx: mpsc::UnboundedSender<ListenEvent>,
     chat: Option<(ChatId, Attachment)>,
     watched: bool,
@@ -215,20 +218,19 @@ impl LoopState {
     async fn on_status(&mut self, status: VoiceStatus) {
         // The microphone: open exactly while listening, in the mode the status says.
         let wanted = status.listening.then_some(status.mode);
-        if !status.listening {
-            self.mic_down = false;
-        }
-        if self.mic.as_ref().map(|m| m.mode) != wanted && !(self.mic_down && self.mic.is_none()) {
+        let down = self.mic.is_none() && self.mic_down == Some(status.listens);
+        if self.mic.as_ref().map(|m| m.mode) != wanted && !down {
             self.mic = None; // closes (and, for push to talk, ends the utterance)
             if let Some(mode) = wanted {
                 match self.open_mic(mode) {
                     Ok(mic) => {
                         self.mic = Some(mic);
+                        self.mic_opened_for = status.listens;
                         self.report_problem(None);
                     }
                     Err(err) => {
                         tracing::warn!(%err, "the microphone could not open");
-                        self.mic_down = true;
+                        self.mic_down = Some(status.listens);
                         self.report_problem(Some(err.to_string()));
                         // Not listening, then: the orb shows the microphone off (and the problem)
                         // instead of "Mic on" over a microphone that is not open. Listen again
@@ -352,7 +354,7 @@ impl LoopState {
                 // the microphone is shown off with the reason, as when it cannot open.
                 tracing::warn!(%why, "the microphone went away");
                 self.mic = None;
-                self.mic_down = true;
+                self.mic_down = Some(self.mic_opened_for);
                 self.report_problem(Some(why));
                 if let Err(err) = self.service.set_listening(false).await {
                     tracing::warn!(%err, "listening could not be turned off");

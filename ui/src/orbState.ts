@@ -26,6 +26,7 @@ export const idleStatus: VoiceStatus = {
   answered_away: null,
   awake: false,
   stops: 0,
+  listens: 0,
 };
 
 export function emptyOrb(): OrbView {

@@ -57,6 +57,7 @@ export interface VoiceStatus {
   answered_away: number | null;
   awake: boolean;
   stops: number;
+  listens: number;
 }
 
 export type VoiceUpdate =
