@@ -386,20 +386,28 @@ mod tests {
         assert!(ToolTemplate::new(QWEN).is_some());
     }
 
+    /// The assistant's turn that makes one call and says nothing.
+    fn calling(name: &str, arguments: serde_json::Value) -> Turn {
+        Turn {
+            role: "assistant".into(),
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                name: name.into(),
+                arguments,
+            }],
+        }
+    }
+
     #[test]
     fn the_qwen_template_renders_tools_calls_and_results_as_the_model_was_trained() {
         let template = ToolTemplate::new(QWEN).unwrap();
         let turns = vec![
             Turn::text("system", "You are Jarvis."),
             Turn::text("user", "Remember that my dog is called Bruno."),
-            Turn {
-                role: "assistant".into(),
-                content: String::new(),
-                tool_calls: vec![ToolCall {
-                    name: "remember_fact".into(),
-                    arguments: json!({"fact": "The user's dog is called Bruno — a boxer."}),
-                }],
-            },
+            calling(
+                "remember_fact",
+                json!({"fact": "The user's dog is called Bruno — a boxer."}),
+            ),
             Turn::text("tool", "Remembered."),
         ];
         let prompt = template.render(&turns, &[remember()]).unwrap();
@@ -508,14 +516,7 @@ mod tests {
     fn a_model_without_tools_reads_calls_and_results_as_text() {
         let turns = vec![
             Turn::text("user", "Remember Bruno."),
-            Turn {
-                role: "assistant".into(),
-                content: String::new(),
-                tool_calls: vec![ToolCall {
-                    name: "remember_fact".into(),
-                    arguments: json!({"fact": "Bruno"}),
-                }],
-            },
+            calling("remember_fact", json!({"fact": "Bruno"})),
             Turn::text("tool", "Remembered."),
             Turn::text("user", "Thanks"),
         ];
