@@ -97,7 +97,6 @@ impl VoiceLoop {
             problem: problem_tx,
             mic: None,
             mic_down: None,
-            mic_opened_for: 0,
             events_tx,
             chat: None,
             watched: false,
@@ -135,6 +134,8 @@ impl VoiceLoop {
 /// An open microphone: its thread runs the listener until asked to finish.
 struct Mic {
     mode: ListenMode,
+    /// The status's `listens` count it was opened for.
+    listens: u64,
     finish: Arc<AtomicBool>,
 }
 
@@ -158,8 +159,6 @@ struct LoopState {
     /// is not opened again until listening is turned on anew (until the service has taken the
     /// "off" this loop sent, the status still says "listening").
     mic_down: Option<u64>,
-    /// The `listens` count the open microphone was opened for.
-    mic_opened_for: u64,
     events_tx: mpsc::UnboundedSender<ListenEvent>,
     chat: Option<(ChatId, Attachment)>,
     watched: bool,
@@ -222,10 +221,9 @@ impl LoopState {
         if self.mic.as_ref().map(|m| m.mode) != wanted && !down {
             self.mic = None; // closes (and, for push to talk, ends the utterance)
             if let Some(mode) = wanted {
-                match self.open_mic(mode) {
+                match self.open_mic(mode, status.listens) {
                     Ok(mic) => {
                         self.mic = Some(mic);
-                        self.mic_opened_for = status.listens;
                         self.report_problem(None);
                     }
                     Err(err) => {
@@ -270,7 +268,7 @@ impl LoopState {
         self.awake = status.awake;
     }
 
-    fn open_mic(&mut self, mode: ListenMode) -> Result<Mic, VoiceError> {
+    fn open_mic(&mut self, mode: ListenMode, listens: u64) -> Result<Mic, VoiceError> {
         let wake = match (mode, &self.parts.wake) {
             (ListenMode::Wake, Some(factory)) => Some(factory.clone()),
             (ListenMode::Wake, None) => {
@@ -333,7 +331,11 @@ impl LoopState {
                 }
             })
             .map_err(|e| VoiceError::Device(format!("cannot start listening: {e}")))?;
-        Ok(Mic { mode, finish })
+        Ok(Mic {
+            mode,
+            listens,
+            finish,
+        })
     }
 
     async fn on_listen(&mut self, event: ListenEvent) {
@@ -353,8 +355,7 @@ impl LoopState {
                 // What was said before it went is heard (the listener finished first); then
                 // the microphone is shown off with the reason, as when it cannot open.
                 tracing::warn!(%why, "the microphone went away");
-                self.mic = None;
-                self.mic_down = Some(self.mic_opened_for);
+                self.mic_down = self.mic.take().map(|mic| mic.listens);
                 self.report_problem(Some(why));
                 if let Err(err) = self.service.set_listening(false).await {
                     tracing::warn!(%err, "listening could not be turned off");
