@@ -207,14 +207,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// The log filter without `JARVIS_LOG`: warnings. The PulseAudio client's reactor reports every
-/// ordinary disconnect (a device list read, a microphone closed) as an error; it is not one.
-const DEFAULT_LOG: &str = "warn,pulseaudio::client::reactor=off";
-
-/// Logs go to stderr, filtered by `JARVIS_LOG` (default: warnings).
+/// Logs go to stderr, filtered by `JARVIS_LOG` (default: warnings, less the audio noise of
+/// [`voice::QUIET_LOGS`]).
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("warn,{}", voice::QUIET_LOGS))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -803,8 +801,12 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
         }
     );
     let wanted = s.voice.input_device.trim();
-    match tokio::task::spawn_blocking(voice::device::microphones).await {
-        Ok(Ok(found)) => println!(
+    let listed = tokio::task::spawn_blocking(voice::device::microphones)
+        .await
+        .map_err(anyhow::Error::from)
+        .and_then(|found| Ok(found?));
+    match listed {
+        Ok(found) => println!(
             "microphone: {}; found: {}",
             match (wanted, &found.default) {
                 ("", Some(default)) => format!("the system default ({default})"),
@@ -818,7 +820,6 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
                 found.names.join(", ")
             }
         ),
-        Ok(Err(err)) => println!("microphone: cannot list the input devices ({err})"),
         Err(err) => println!("microphone: cannot list the input devices ({err})"),
     }
     if problems.is_empty() {

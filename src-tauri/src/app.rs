@@ -206,12 +206,13 @@ fn register_shortcut(app: &tauri::AppHandle) {
 pub fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG")
-                // The PulseAudio client's reactor reports every ordinary disconnect (a device
-                // list read, a microphone closed) as an error; it is not one.
-                .unwrap_or_else(|_| {
-                    "warn,jarvis=info,jarvis_desktop=info,pulseaudio::client::reactor=off".into()
-                }),
+            tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG").unwrap_or_else(|_| {
+                format!(
+                    "warn,jarvis=info,jarvis_desktop=info,{}",
+                    jarvis::voice::QUIET_LOGS
+                )
+                .into()
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

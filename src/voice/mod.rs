@@ -23,6 +23,11 @@ pub mod wake;
 
 use thiserror::Error;
 
+/// Log directives that keep ordinary audio events out of the default log: the PulseAudio
+/// client's reactor reports every normal disconnect (a device list read, a microphone closed)
+/// as an error.
+pub const QUIET_LOGS: &str = "pulseaudio::client::reactor=off";
+
 pub use audio::{AudioSink, AudioSource, Capture, Clip, Feed, FeedSource, Recorder, WavSource};
 pub use heard::{classify, Heard, HeardContext};
 pub use listen::{Listener, Utterance, UtteranceReport};
