@@ -321,6 +321,9 @@ pub struct VoiceSettings {
     pub mode: crate::service::ListenMode,
     /// Whether the voice conversation is also saved as a chat.
     pub save_conversations: bool,
+    /// In wake mode, whether "Hey Jarvis" is still listened for while the orb is hidden (the tray
+    /// icon then shows the microphone on). Off: hiding the orb closes the microphone.
+    pub wake_while_hidden: bool,
     /// The speech-to-text model: `tiny_en` (fast, English) or `base` (multilingual).
     pub speech_model: SpeechModel,
     /// How sure the wake word detector must be (0–1) that it heard "Hey Jarvis".
@@ -340,6 +343,7 @@ impl Default for VoiceSettings {
         VoiceSettings {
             mode: crate::service::ListenMode::PushToTalk,
             save_conversations: true,
+            wake_while_hidden: false,
             speech_model: SpeechModel::TinyEn,
             wake_threshold: 0.5,
             tts_voice: "en-us".into(),

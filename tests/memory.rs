@@ -547,3 +547,48 @@ async fn starting_afresh_hides_what_came_before_from_the_model_and_keeps_it_in_t
         "{preview}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action_still_runs() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    stub.push(Script::text("Paris is the capital of France."));
+    // The summary of that answer, written slowly.
+    stub.push(
+        Script::text("The user asked about the capital of France; it is Paris.")
+            .deltas_of(2)
+            .paced(std::time::Duration::from_millis(60)),
+    );
+    stub.push(Script::text("About two million people."));
+    stub.push(Script::text(
+        "The user asked about Paris and how many live there.",
+    ));
+    let (chat, _) = ask(&service, None, "What is the capital of France?").await;
+    tokio::time::timeout(LIMIT, async {
+        while stub.received().len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the summary was asked for");
+    ask(&service, Some(chat), "How many people live there?").await;
+    let follow_up = last_user_text(&stub.received()[2].body);
+    assert!(
+        follow_up.contains("Actions still running: 1\n"),
+        "{follow_up}"
+    );
+    // Once both summaries are written (the slow one ends last), nothing is said to run.
+    tokio::time::timeout(LIMIT, async {
+        while stub.received().len() < 4 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the follow-up's summary was asked for");
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    stub.push(Script::text("Yes."));
+    ask(&service, Some(chat), "Is it big?").await;
+    let last = last_user_text(&stub.received().last().unwrap().body);
+    assert!(!last.contains("Actions still running"), "{last}");
+}

@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use jarvis::config::BackendKind;
-use jarvis::service::{ListenMode, VoiceStatus, VoiceTicket, VoiceUpdate, QUEUE_LIMIT};
+use jarvis::service::{
+    ListenMode, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate, QUEUE_LIMIT,
+};
 use jarvis::store::Role;
 use jarvis::{AskError, Event, ReplyState, Service, ServiceOptions};
 use jarvis_stub::{Script, Stub};
@@ -440,7 +442,12 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
     let service = service(&dir, s);
     let mut orb = Orb::attach(&service).await;
     service.set_listening(true).await.unwrap();
-    let first = started(service.voice_ask("Tell me about Paris.").await.unwrap());
+    let first = started(
+        service
+            .voice_ask_heard("Tell me about Paris.", ListenMode::HandsFree)
+            .await
+            .unwrap(),
+    );
     orb.endings(1).await;
     orb.status_until(|s| s.replying.is_none()).await;
     // The voice loop heard it cut after its first sentence.
@@ -448,7 +455,12 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
         .voice_heard(first, "Paris is the capital of France.".into())
         .await
         .unwrap();
-    started(service.voice_ask("And Rome?").await.unwrap());
+    started(
+        service
+            .voice_ask_heard("And Rome?", ListenMode::HandsFree)
+            .await
+            .unwrap(),
+    );
     orb.endings(1).await;
     orb.status_until(|s| s.replying.is_none()).await;
     // Typed into the orb, with the microphone shut; the previous answer was heard whole.
@@ -474,5 +486,198 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
         lasts[2].contains("Interaction: typed") && !lasts[2].contains("Previous answer"),
         "{}",
         lasts[2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_typed_into_the_orb_is_told_as_typed_even_while_the_microphone_is_open() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("Typed answer."));
+    stub.push(Script::text("Spoken answer."));
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.voice.mode = ListenMode::HandsFree;
+    let service = service(&dir, s);
+    let mut orb = Orb::attach(&service).await;
+    service.set_listening(true).await.unwrap();
+    orb.status_until(|s| s.listening).await;
+    started(service.voice_ask("Typed while listening").await.unwrap());
+    orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
+    // Heard in push to talk, put once the key is up and the microphone shut.
+    service.set_listening(false).await.unwrap();
+    started(
+        service
+            .voice_ask_heard("Said while the key was held", ListenMode::PushToTalk)
+            .await
+            .unwrap(),
+    );
+    orb.endings(1).await;
+    let lasts = last_messages(&stub);
+    assert!(lasts[0].contains("Interaction: typed"), "{}", lasts[0]);
+    assert!(
+        lasts[1].contains("Interaction: spoken, push to talk"),
+        "{}",
+        lasts[1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifth_spoken_question_is_not_taken_and_the_orb_is_told_so() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("A slow first answer that takes a while to write."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    started(service.voice_ask("q0").await.unwrap());
+    queue_all(&service, ["q1", "q2", "q3", "q4"]).await;
+    let full = service
+        .voice_ask_heard("And what about Rome?", ListenMode::HandsFree)
+        .await
+        .unwrap_err();
+    assert!(matches!(full, AskError::QueueFull), "{full}");
+    let notice = loop {
+        if let VoiceUpdate::Notice(notice) = orb.next().await {
+            break notice;
+        }
+    };
+    assert_eq!(
+        notice,
+        VoiceNotice::QueueFull {
+            text: "And what about Rome?".into()
+        }
+    );
+    // Typed into the orb, the refusal is the answer to the call itself: no notice.
+    assert!(service.voice_ask("q5").await.is_err());
+    let more = tokio::time::timeout(Duration::from_millis(300), async {
+        loop {
+            if let VoiceUpdate::Notice(n) = orb.next().await {
+                return n;
+            }
+        }
+    })
+    .await;
+    assert!(more.is_err(), "no second notice: {more:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hiding_the_orb_closes_the_microphone_and_showing_it_never_opens_it() {
+    for (mode, keep_wake) in [
+        (ListenMode::HandsFree, false),
+        (ListenMode::Wake, false),
+        (ListenMode::HandsFree, true),
+        (ListenMode::Wake, true),
+    ] {
+        let stub = Stub::start().await.unwrap();
+        let dir = Dir::new();
+        let mut s = settings(BackendKind::Openai, &stub);
+        s.voice.mode = mode;
+        s.voice.wake_while_hidden = keep_wake;
+        let service = service(&dir, s);
+        let mut orb = Orb::attach(&service).await;
+        service.set_listening(true).await.unwrap();
+        orb.status_until(|s| s.listening).await;
+        service.set_orb_shown(false).await.unwrap();
+        drop(orb);
+        service.set_orb_shown(true).await.unwrap();
+        let mut orb = Orb::attach(&service).await;
+        let status = orb.status_until(|_| true).await;
+        // Only the wake word, and only when the settings say so, listens on while hidden.
+        let kept = mode == ListenMode::Wake && keep_wake;
+        assert_eq!(status.listening, kept, "{mode:?}, keep wake: {keep_wake}");
+        if !kept {
+            // Shown again, it stays shut until Listen.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(!service.voice_status().borrow().listening);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_listening() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("The answer that was asked for, written slowly."));
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.voice.mode = ListenMode::Wake;
+    let service = service(&dir, s);
+    let mut orb = Orb::attach(&service).await;
+    service.set_listening(true).await.unwrap();
+    service.set_awake(true).await.unwrap();
+    orb.status_until(|s| s.awake).await;
+    let reply = started(
+        service
+            .voice_ask_heard("Tell me a story", ListenMode::Wake)
+            .await
+            .unwrap(),
+    );
+    queued(
+        service
+            .voice_ask_heard("And another one", ListenMode::Wake)
+            .await
+            .unwrap(),
+    );
+    service.voice_goodbye().await.unwrap();
+    // Closed at once (what follows needs the wake word), the reply still running.
+    let status = orb.status_until(|s| !s.awake).await;
+    assert_eq!(status.replying, Some(reply));
+    let status = orb.status_until(|s| s.chat.is_none()).await;
+    assert!(status.listening, "still listening for the wake word");
+    assert_eq!(status.stops, 0, "nothing was cut: its voice plays out");
+    let stored = dir.store().reply(reply).unwrap().unwrap();
+    assert_eq!(
+        stored.state,
+        ReplyState::Done,
+        "the reply was answered whole"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stub.received().len(), 1, "the waiting question was dropped");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead_of_the_queue() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(slow("I can set an alarm for seven. Shall I set it?"));
+    stub.push(Script::text("Alright, no alarm."));
+    stub.push(Script::text("It will be sunny."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    started(
+        service
+            .voice_ask_heard("Wake me at seven", ListenMode::HandsFree)
+            .await
+            .unwrap(),
+    );
+    queued(
+        service
+            .voice_ask_heard("What's the weather tomorrow?", ListenMode::HandsFree)
+            .await
+            .unwrap(),
+    );
+    orb.endings(1).await;
+    // The question waiting does not start: Jarvis waits for the answer to its own.
+    let status = orb.status_until(|s| s.replying.is_none()).await;
+    assert!(status.awaiting_answer, "{status:?}");
+    assert_eq!(status.queue.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stub.received().len(), 1, "the waiting question waits");
+    // The user's answer goes first; then the waiting question.
+    started(
+        service
+            .voice_ask_heard("No.", ListenMode::HandsFree)
+            .await
+            .unwrap(),
+    );
+    let ended = orb.endings(2).await;
+    assert_eq!(ended[0].1, "Alright, no alarm.");
+    assert_eq!(ended[1].1, "It will be sunny.");
+    let lasts = last_messages(&stub);
+    assert!(lasts[1].ends_with("No."), "{}", lasts[1]);
+    assert!(lasts[2].contains("weather"), "{}", lasts[2]);
+    assert!(
+        !orb.status_until(|s| s.replying.is_none())
+            .await
+            .awaiting_answer
     );
 }

@@ -62,6 +62,14 @@ struct Rig {
 }
 
 async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)) -> Rig {
+    rig_hearing(mode, options, whisper()).await
+}
+
+async fn rig_hearing(
+    mode: ListenMode,
+    options: impl FnOnce(&mut jarvis::ServiceOptions),
+    transcriber: Arc<dyn Transcriber>,
+) -> Rig {
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let mut settings = settings(BackendKind::Anthropic, &stub);
@@ -77,7 +85,7 @@ async fn rig(mode: ListenMode, options: impl FnOnce(&mut jarvis::ServiceOptions)
     let parts = VoiceParts {
         source: Arc::new(source),
         sink: Arc::new(recorder.clone()),
-        transcriber: whisper(),
+        transcriber,
         synthesizer: Arc::new(Espeak::default()),
         wake: (mode == ListenMode::Wake).then(wake),
     };
@@ -563,6 +571,22 @@ async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodby
         "the goodbye waited for the reply"
     );
     assert_eq!(rig.stub.received().len(), 1, "the goodbye was not asked");
+    // The wake word is still listened for: other speech is not heard as anything, and "Hey
+    // Jarvis" opens a new conversation.
+    assert!(rig.status().listening, "the goodbye left the microphone on");
+    while rig.heard.try_recv().is_ok() {}
+    rig.say_quietly(&speech("Thanks, that's all.")).await;
+    rig.say_quietly(&speech("What is the capital of Spain?"))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rig.heard.try_recv();
+    assert!(
+        after.is_err(),
+        "nothing is heard after a goodbye: {after:?}"
+    );
+    rig.feed.say(&speech("Hey Jarvis.").then(&silence(700)));
+    assert_eq!(rig.next_heard().await.heard, Heard::Wake);
+    rig.until("awake again", |s| s.awake).await;
 }
 
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -712,5 +736,107 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
     assert!(
         back.contains("answer") && (back.contains("42") || back.contains("forty")),
         "{back}"
+    );
+}
+
+/// The last message's text of each request the stub received.
+fn last_messages(stub: &Stub) -> Vec<String> {
+    stub.received()
+        .iter()
+        .map(|r| {
+            let last = r.body["messages"].as_array().unwrap().last().unwrap();
+            match &last["content"] {
+                serde_json::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_talk_question_is_told_to_the_model_as_spoken_with_push_to_talk() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::PushToTalk, |_| {}).await;
+    rig.service.set_listening(false).await.unwrap();
+    rig.until("the microphone shut", |s| !s.listening).await;
+    rig.stub.push(streamed("It is noon."));
+    rig.service.push_to_talk(true).await.unwrap();
+    rig.until("the key held", |s| s.listening).await;
+    rig.feed
+        .say(&speech("What time is it?").then(&silence(200)));
+    rig.feed.until_quiet().await;
+    // The key comes up before the utterance is judged (the release is what ends it).
+    rig.service.push_to_talk(false).await.unwrap();
+    let heard = rig.next_heard().await;
+    assert_eq!(heard.heard, Heard::Question, "{heard:?}");
+    rig.until("the reply", |s| s.replying.is_some()).await;
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    let lasts = last_messages(&rig.stub);
+    assert!(
+        lasts[0].contains("Interaction: spoken, push to talk"),
+        "{}",
+        lasts[0]
+    );
+}
+
+/// Speech-to-text that fails the hard way.
+struct Panicking;
+
+impl Transcriber for Panicking {
+    fn transcribe(
+        &self,
+        _samples: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        panic!("a bug in speech-to-text")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_listening_shows_the_microphone_off_with_the_reason() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig_hearing(ListenMode::HandsFree, |_| {}, Arc::new(Panicking)).await;
+    rig.feed
+        .say(&speech("What time is it?").then(&silence(600)));
+    rig.until("listening to turn off", |s| !s.listening).await;
+    let problem = tokio::time::timeout(LIMIT, rig.problems.wait_for(|p| p.is_some()))
+        .await
+        .expect("the problem is reported")
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert!(
+        problem.contains("listening stopped") && problem.contains("a bug in speech-to-text"),
+        "{problem}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_stays_within_reach_while_its_voice_plays_on_after_the_text_and_cuts_it() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    // The whole text arrives at once; speaking it takes many seconds.
+    rig.stub.push(Script::text(long_answer()));
+    let reply = rig.ask("Tell me about Paris.").await;
+    rig.until("the text to end", |s| s.replying.is_none()).await;
+    while rig.recorder.played() < Duration::from_millis(1500) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(rig.recorder.is_playing());
+    rig.until("speaking", |s| s.speaking).await;
+    assert!(
+        rig.service.activity().borrow().can_stop(),
+        "the tray's Stop reply is enabled while it talks"
+    );
+    assert_eq!(rig.service.stop_all().await.unwrap(), 0, "no reply runs");
+    rig.until("quiet", |s| !s.speaking).await;
+    assert!(!rig.recorder.is_playing(), "its voice was cut");
+    assert!(!rig.service.activity().borrow().can_stop());
+    let stored = rig.service.store().reply(reply).unwrap().unwrap();
+    assert_eq!(stored.state, ReplyState::Done);
+    let heard = stored.heard.expect("the cut is recorded");
+    assert!(
+        long_answer().starts_with(&heard) && heard.len() < long_answer().len(),
+        "{heard:?}"
     );
 }

@@ -99,14 +99,13 @@ pub enum Cut {
 impl Cut {
     /// The cut of a previous reply, as stored: its heard prefix, else an answer stopped empty.
     pub fn of(previous: &crate::store::Reply) -> Option<Cut> {
+        if previous.state == crate::store::ReplyState::Stopped && previous.text.trim().is_empty() {
+            // (Whatever its voice did: there was nothing to hear.)
+            return Some(Cut::NoAnswer);
+        }
         match previous.heard.as_deref().map(str::trim) {
             Some("") => Some(Cut::BeforeAnyWord),
             Some(prefix) => Some(Cut::After(prefix.to_string())),
-            None if previous.state == crate::store::ReplyState::Stopped
-                && previous.text.trim().is_empty() =>
-            {
-                Some(Cut::NoAnswer)
-            }
             None => None,
         }
     }
@@ -191,7 +190,7 @@ pub struct State {
     pub cut: Option<Cut>,
     /// A question Jarvis asked and waits for the user to confirm (e.g. forgetting a fact).
     pub pending_confirmation: Option<String>,
-    /// How many actions (tool calls) are still running.
+    /// How many actions (tool calls, housekeeping) are still running for the chat.
     pub running_actions: usize,
 }
 
@@ -395,6 +394,8 @@ pub struct Assembly<'a> {
     /// Whether the question answers a pending confirmation for real (a reply) or is only shown
     /// (`jarvis request`: nothing changes).
     pub resolve: bool,
+    /// Actions still running for the chat (a tool call, the summary of the last answer).
+    pub running_actions: usize,
 }
 
 /// Opens the summary of a compacted chat's older part.
@@ -449,6 +450,7 @@ pub fn assemble(
     let mut state = State::now(a.mode);
     state.cut = a.previous.as_ref().and_then(Cut::of);
     state.pending_confirmation = pending.map(|(_, question)| question);
+    state.running_actions = a.running_actions;
     // A compacted chat: the records from its anchor on, after the summary of the rest.
     let compaction = match a.chat {
         Some(chat) => store.compaction(chat)?,

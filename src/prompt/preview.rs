@@ -53,6 +53,7 @@ pub fn preview(
                 model,
                 max_tokens,
                 resolve: false,
+                running_actions: chat.map_or(0, |c| options.actions.running(c)),
             },
         )
     };

@@ -2,6 +2,7 @@
 //! cheap [`Service`] handle is what every shell holds. Replies run as tasks the service owns, so a
 //! window or a CLI that goes away never stops one: only [`Service::stop`] does.
 
+mod actions;
 mod events;
 mod reply;
 mod voice;
@@ -16,10 +17,11 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use actions::{ActionGuard, Actions};
 pub use events::{Attachment, Event, WAITING_MESSAGE};
 pub use voice::{
-    ListenMode, VoiceAttachment, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
-    QUEUE_LIMIT,
+    ListenMode, VoiceAttachment, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate,
+    WaitingQuestion, QUEUE_LIMIT,
 };
 
 use crate::config::{RetrySettings, Settings};
@@ -44,6 +46,9 @@ pub enum ServiceError {
     /// An empty question.
     #[error("the question is empty")]
     EmptyQuestion,
+    /// The orb has no conversation (nothing to try again).
+    #[error("there is no voice conversation to try again")]
+    NoVoiceConversation,
 }
 
 /// Why a question was not taken.
@@ -85,12 +90,17 @@ pub struct ServiceOptions {
     pub listen_mode: ListenMode,
     /// Whether the voice conversation is also kept as a chat once it ends.
     pub save_voice: bool,
+    /// In wake mode, whether the microphone stays open for the wake word while the orb is hidden.
+    pub wake_while_hidden: bool,
     /// How long a voice conversation nobody watches, with nothing running, is kept.
     pub voice_keep: Duration,
     /// Summaries and recall across chats, when the sentence embedder is installed.
     pub recall: Option<Arc<crate::memory::recall::Recall>>,
     /// The model's context in tokens (0: the backend's own).
     pub context_tokens: usize,
+    /// What runs for each chat besides its reply's words (shared by every reply; the state
+    /// block counts them).
+    pub actions: Actions,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -115,9 +125,11 @@ impl ServiceOptions {
             },
             listen_mode: settings.voice.mode,
             save_voice: settings.voice.save_conversations,
+            wake_while_hidden: settings.voice.wake_while_hidden,
             voice_keep: VOICE_KEEP,
             recall: None,
             context_tokens: settings.replies.context_tokens,
+            actions: Actions::default(),
         }
     }
 
@@ -169,7 +181,11 @@ pub(crate) enum Command {
     },
     VoiceAsk {
         text: String,
+        mode: Mode,
         respond: oneshot::Sender<Result<VoiceTicket, AskError>>,
+    },
+    VoiceRetry {
+        respond: oneshot::Sender<Result<ReplyId, AskError>>,
     },
     VoiceRemove {
         id: u64,
@@ -193,8 +209,15 @@ pub(crate) enum Command {
     Awake {
         awake: bool,
     },
+    Goodbye,
+    Speaking {
+        on: bool,
+    },
     PushToTalk {
         pressed: bool,
+    },
+    OrbShown {
+        shown: bool,
     },
     Acknowledge,
     StopAll {
@@ -215,6 +238,8 @@ pub struct Activity {
     pub queued: usize,
     /// A voice conversation exists (End conversation has something to end).
     pub conversation: bool,
+    /// Jarvis's voice is playing (Stop reply cuts it).
+    pub speaking: bool,
     /// Bumped whenever the chat list may have changed (a chat made, renamed, deleted, a reply
     /// started or ended).
     pub generation: u64,
@@ -223,7 +248,7 @@ pub struct Activity {
 impl Activity {
     /// Stop reply has something to stop.
     pub fn can_stop(&self) -> bool {
-        !self.replying.is_empty() || self.queued > 0
+        !self.replying.is_empty() || self.queued > 0 || self.speaking
     }
 }
 
@@ -241,6 +266,7 @@ pub struct Service {
 #[derive(Clone)]
 struct VoiceHandles {
     status: watch::Receiver<VoiceStatus>,
+    notices: tokio::sync::broadcast::Sender<VoiceNotice>,
     windows: voice::Windows,
 }
 
@@ -264,6 +290,7 @@ impl Service {
         let voice = Voice::new(options.listen_mode);
         let handles = VoiceHandles {
             status: voice.status.subscribe(),
+            notices: voice.notices.clone(),
             windows: voice.windows.clone(),
         };
         let actor = Actor {
@@ -387,15 +414,40 @@ impl Service {
         self.activity.subscribe()
     }
 
-    /// Puts a question to the voice conversation: it starts at once when nothing runs there,
-    /// else it waits in the queue (at most [`QUEUE_LIMIT`]). It never cancels anything.
+    /// Puts a question typed into the orb to the voice conversation: it starts at once when
+    /// nothing runs there, else it waits in the queue (at most [`QUEUE_LIMIT`]). It never
+    /// cancels anything. The model is told it was typed, whether the microphone is open or not.
     pub async fn voice_ask(&self, text: impl Into<String>) -> Result<VoiceTicket, AskError> {
-        let text = text.into();
+        self.voice_question(text.into(), Mode::Typed).await
+    }
+
+    /// Puts a question the voice loop heard, captured while the microphone listened in `mode`
+    /// (the push-to-talk key may be up by now: the mode is the one it was said in). When the
+    /// queue is full, the windows are told it was not taken.
+    pub async fn voice_ask_heard(
+        &self,
+        text: impl Into<String>,
+        mode: ListenMode,
+    ) -> Result<VoiceTicket, AskError> {
+        self.voice_question(text.into(), mode.into()).await
+    }
+
+    async fn voice_question(&self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
         if text.trim().is_empty() {
             return Err(ServiceError::EmptyQuestion.into());
         }
-        self.call(|respond| Command::VoiceAsk { text, respond })
-            .await?
+        self.call(|respond| Command::VoiceAsk {
+            text,
+            mode,
+            respond,
+        })
+        .await?
+    }
+
+    /// Try again in the orb: a new reply to the voice conversation's failed or interrupted last
+    /// question.
+    pub async fn voice_retry(&self) -> Result<ReplyId, AskError> {
+        self.call(|respond| Command::VoiceRetry { respond }).await?
     }
 
     /// Withdraws a waiting question; `false` when it is no longer waiting.
@@ -412,6 +464,7 @@ impl Service {
         Ok(VoiceAttachment::new(
             self.clone(),
             status,
+            self.voice.notices.subscribe(),
             &self.voice.windows,
         ))
     }
@@ -437,6 +490,25 @@ impl Service {
     /// effect, or it went quiet).
     pub async fn set_awake(&self, awake: bool) -> Result<(), ServiceError> {
         self.send(Command::Awake { awake }).await
+    }
+
+    /// A goodbye was said in a wake conversation: it closes now (what follows needs the wake
+    /// word), and the conversation ends once the reply in progress is answered — its voice plays
+    /// out, the questions waiting behind it are dropped, and the microphone goes on listening
+    /// for "Hey Jarvis".
+    pub async fn voice_goodbye(&self) -> Result<(), ServiceError> {
+        self.send(Command::Goodbye).await
+    }
+
+    /// The voice loop's speaker started or stopped playing Jarvis's voice.
+    pub async fn set_speaking(&self, on: bool) -> Result<(), ServiceError> {
+        self.send(Command::Speaking { on }).await
+    }
+
+    /// As [`Service::set_speaking`], from where nothing can wait (a voice loop being dropped);
+    /// dropped only if the service is gone or swamped.
+    pub fn speaking_ended_now(&self) {
+        let _ = self.tx.try_send(Command::Speaking { on: false });
     }
 
     /// Keeps how much of a spoken answer was played before it was cut (Stop, End, or its window
@@ -471,6 +543,13 @@ impl Service {
         self.send(Command::PushToTalk { pressed }).await
     }
 
+    /// The orb was shown or hidden. Hiding it closes the microphone (a hidden orb holds none),
+    /// unless it listens for the wake word and the settings keep the wake word on while hidden;
+    /// showing it never opens the microphone. The push-to-talk shortcut shows the orb first.
+    pub async fn set_orb_shown(&self, shown: bool) -> Result<(), ServiceError> {
+        self.send(Command::OrbShown { shown }).await
+    }
+
     /// A window showed the reply that was answered while nobody watched.
     pub async fn acknowledge_answer(&self) -> Result<(), ServiceError> {
         self.send(Command::Acknowledge).await
@@ -495,6 +574,15 @@ impl Service {
         })
         .await
     }
+}
+
+/// Whether an answer ends by asking the user something (its last sentence is a question), so
+/// that what they say next is their reply to it.
+pub fn asks_the_user(answer: &str) -> bool {
+    let end = answer.trim_end_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '*' | '_' | '"' | '\'' | '”' | '’' | ')')
+    });
+    end.ends_with(['?', '？'])
 }
 
 /// The title of a chat that has no question yet; the first question names it.
@@ -614,8 +702,33 @@ impl Actor {
                 let _ = respond.send(result);
             }
             Command::Finished { chat, reply } => self.finished(chat, reply).await,
-            Command::VoiceAsk { text, respond } => {
-                let _ = respond.send(self.voice_ask(text).await);
+            Command::VoiceAsk {
+                text,
+                mode,
+                respond,
+            } => {
+                let result = self.voice_ask(text.clone(), mode).await;
+                if matches!(result, Err(AskError::QueueFull)) && mode != Mode::Typed {
+                    // Said aloud, nobody reads the refusal unless the orb says it.
+                    let _ = self.voice.notices.send(VoiceNotice::QueueFull { text });
+                }
+                let _ = respond.send(result);
+            }
+            Command::VoiceRetry { respond } => {
+                let result = match self.voice.chat() {
+                    Some(chat) if self.voice.status.borrow().replying.is_none() => {
+                        self.ask(chat, None, Mode::Typed).await
+                    }
+                    Some(chat) => Err(AskError::Busy(chat)),
+                    None => Err(ServiceError::NoVoiceConversation.into()),
+                };
+                if let Ok(reply) = result {
+                    self.voice.update(|s| {
+                        s.replying = Some(reply);
+                        s.answered_away = None;
+                    });
+                }
+                let _ = respond.send(result);
             }
             Command::VoiceRemove { id, respond } => {
                 let before = self.voice.queue.len();
@@ -667,12 +780,38 @@ impl Actor {
                     s.awake = false;
                 }
             }),
-            Command::Awake { awake } => self
-                .voice
-                .update(|s| s.awake = awake && s.mode == ListenMode::Wake),
+            Command::Awake { awake } => {
+                if awake {
+                    // "Hey Jarvis" again before the goodbye took effect: the conversation goes on.
+                    self.voice.goodbye_after = None;
+                }
+                self.voice
+                    .update(|s| s.awake = awake && s.mode == ListenMode::Wake)
+            }
+            Command::Speaking { on } => self.voice.update(|s| s.speaking = on),
+            Command::Goodbye => {
+                self.voice.update(|s| s.awake = false);
+                let replying = self.voice.status.borrow().replying;
+                match replying {
+                    Some(reply) => self.voice.goodbye_after = Some(reply),
+                    None => self.end_after_goodbye().await,
+                }
+            }
+            Command::OrbShown { shown } => {
+                let keep = self.options.wake_while_hidden;
+                if !shown {
+                    self.voice.update(|s| {
+                        if !(keep && s.mode == ListenMode::Wake) {
+                            s.listening = false;
+                            s.awake = false;
+                        }
+                    });
+                }
+            }
             Command::Acknowledge => self.voice.update(|s| s.answered_away = None),
             Command::StopAll { respond } => {
                 self.voice.queue.clear();
+                self.voice.update(|s| s.awaiting_answer = false);
                 let mut stopped = 0;
                 for state in self.chats.values() {
                     if let Some(running) = state.writing() {
@@ -688,9 +827,12 @@ impl Actor {
                     self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
                     self.backend = backend;
                 }
-                // Recall lives as long as the service; settings do not carry it.
+                // Recall and the actions count live as long as the service; settings do not
+                // carry them.
                 let recall = self.options.recall.take();
+                let actions = self.options.actions.clone();
                 self.options = *options;
+                self.options.actions = actions;
                 if self.options.recall.is_none() {
                     self.options.recall = recall;
                 }
@@ -708,9 +850,13 @@ impl Actor {
         replying.sort();
         let queued = self.voice.queue.len();
         let conversation = self.voice.chat().is_some();
+        let speaking = self.voice.status.borrow().speaking;
         self.activity.send_if_modified(|a| {
             let marks_changed = a.replying != replying;
-            let changed = marks_changed || a.queued != queued || a.conversation != conversation;
+            let changed = marks_changed
+                || a.queued != queued
+                || a.conversation != conversation
+                || a.speaking != speaking;
             if marks_changed {
                 // A reply started or ended: the chat list's marks change.
                 a.generation += 1;
@@ -718,6 +864,7 @@ impl Actor {
             }
             a.queued = queued;
             a.conversation = conversation;
+            a.speaking = speaking;
             changed
         });
     }
@@ -753,13 +900,18 @@ impl Actor {
             return;
         }
         let unwatched = !self.voice.watched();
-        let answered = {
+        let (answered, asks) = {
             let store = self.store.clone();
-            blocking(move || store.reply(reply))
+            blocking(move || Ok((store.reply(reply)?, store.confirmation(chat)?)))
                 .await
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.state == ReplyState::Done)
+                .map(|(stored, confirmation)| {
+                    let done = stored.filter(|r| r.state == ReplyState::Done);
+                    let asks = done
+                        .as_ref()
+                        .is_some_and(|r| confirmation.is_some() || asks_the_user(&r.text));
+                    (done.is_some(), asks)
+                })
+                .unwrap_or((false, false))
         };
         self.voice.update(|s| {
             if s.replying == Some(reply) {
@@ -771,7 +923,18 @@ impl Actor {
             if unwatched && answered {
                 s.answered_away = Some(reply);
             }
+            // ADR 0159: the answer asked the user something; what they say or type next is their
+            // reply to it, ahead of anything that was waiting.
+            s.awaiting_answer = asks;
         });
+        if self.voice.goodbye_after == Some(reply) {
+            self.end_after_goodbye().await;
+            return;
+        }
+        if asks {
+            self.voice.update(|_| {});
+            return;
+        }
         while let Some(next) = self.voice.queue.pop_front() {
             match self.ask(chat, Some(next.text), next.mode).await {
                 Ok(reply) => {
@@ -786,7 +949,7 @@ impl Actor {
         self.voice.update(|_| {});
     }
 
-    async fn voice_ask(&mut self, text: String) -> Result<VoiceTicket, AskError> {
+    async fn voice_ask(&mut self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
         let chat = match self.voice.chat() {
             Some(chat) => chat,
             None => {
@@ -803,26 +966,30 @@ impl Actor {
             }
             let id = self.voice.next_id;
             self.voice.next_id += 1;
-            let mode = self.voice_mode();
             self.voice
                 .queue
                 .push_back(WaitingQuestion { id, text, mode });
             self.voice.update(|_| {});
             return Ok(VoiceTicket::Queued { id });
         }
-        let reply = self.ask(chat, Some(text), self.voice_mode()).await?;
+        let reply = self.ask(chat, Some(text), mode).await?;
         self.voice.update(|s| {
             s.replying = Some(reply);
             s.answered_away = None;
+            // This was the answer Jarvis waited for; the questions waiting come after it.
+            s.awaiting_answer = false;
         });
         Ok(VoiceTicket::Started { reply })
     }
 
     fn voice_stop(&mut self) -> bool {
-        let had_queue = !self.voice.queue.is_empty();
+        let had_queue = !self.voice.queue.is_empty() || self.voice.status.borrow().speaking;
         self.voice.queue.clear();
         let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
-        self.voice.update(|s| s.stops += 1);
+        self.voice.update(|s| {
+            s.stops += 1;
+            s.awaiting_answer = false;
+        });
         stopped || had_queue
     }
 
@@ -837,6 +1004,7 @@ impl Actor {
             s.replying = None;
             s.listening = false;
             s.awake = false;
+            s.awaiting_answer = false;
             s.stops += 1;
             s.answered_away = None;
             if let Some(mode) = s.pending_mode.take() {
@@ -844,14 +1012,42 @@ impl Actor {
             }
         });
         self.voice.idle_since = None;
-        if !self.options.save_voice {
-            if self.replying(chat).is_some() {
-                self.voice.discard.push(chat);
-            } else if let Err(err) = self.delete(chat).await {
-                tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
-            }
-        }
+        self.voice.goodbye_after = None;
+        self.discard_unsaved(chat).await;
         true
+    }
+
+    /// Ends the voice conversation after a goodbye: like End, but what is being said plays out
+    /// and the microphone keeps listening for the wake word.
+    async fn end_after_goodbye(&mut self) {
+        self.voice.goodbye_after = None;
+        let Some(chat) = self.voice.chat() else {
+            return;
+        };
+        self.voice.queue.clear();
+        self.voice.update(|s| {
+            s.chat = None;
+            s.replying = None;
+            s.awake = false;
+            s.awaiting_answer = false;
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+        });
+        self.voice.idle_since = None;
+        self.discard_unsaved(chat).await;
+    }
+
+    /// With saving off, an ended conversation's chat goes (once its reply has ended).
+    async fn discard_unsaved(&mut self, chat: ChatId) {
+        if self.options.save_voice {
+            return;
+        }
+        if self.replying(chat).is_some() {
+            self.voice.discard.push(chat);
+        } else if let Err(err) = self.delete(chat).await {
+            tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
+        }
     }
 
     /// Forgets the voice conversation once nobody has watched it, with nothing running or
@@ -917,6 +1113,8 @@ impl Actor {
                 s.chat = None;
                 s.replying = None;
                 s.answered_away = None;
+                // Whatever of it is still being said is cut with it.
+                s.stops += 1;
             });
         }
         self.activity.send_modify(|a| a.generation += 1);
@@ -929,17 +1127,6 @@ impl Actor {
     }
 
     /// Starts a reply: to a new question (`Some(text)`) or again to the last one (`None`).
-    /// How a question put to the voice conversation now was asked: spoken in its listening mode
-    /// while the microphone is open, else typed into the orb.
-    fn voice_mode(&self) -> Mode {
-        let status = self.voice.status.borrow();
-        if status.listening {
-            status.mode.into()
-        } else {
-            Mode::Typed
-        }
-    }
-
     async fn ask(
         &mut self,
         chat: ChatId,
@@ -1007,5 +1194,19 @@ impl Actor {
         state.running = Some(Running { reply, cancel, log });
         tokio::spawn(job.run());
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_answer_that_ends_on_a_question_asks_the_user() {
+        assert!(super::asks_the_user("Shall I set it?"));
+        assert!(super::asks_the_user(
+            "Which one do you mean? **Bruno** or **Max?**\n"
+        ));
+        assert!(super::asks_the_user("要我设置吗？"));
+        assert!(!super::asks_the_user("Why? Because it rains."));
+        assert!(!super::asks_the_user(""));
     }
 }

@@ -91,7 +91,10 @@ impl ReplyJob {
                     self.chat,
                     self.permits.clone(),
                 );
+                // Counted from now: a follow-up asked meanwhile is told it still runs.
+                let action = self.options.actions.start(chat);
                 tokio::spawn(async move {
+                    let _action = action;
                     let Ok(_permit) = permits.acquire_owned().await else {
                         return;
                     };
@@ -169,6 +172,7 @@ impl ReplyJob {
             self.options.rules.clone(),
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
+        let running_actions = self.options.actions.running(chat);
         let assembled = blocking(move || {
             crate::prompt::assemble(
                 &store,
@@ -183,6 +187,7 @@ impl ReplyJob {
                     model: &model,
                     max_tokens,
                     resolve: true,
+                    running_actions,
                 },
             )
         })
@@ -219,6 +224,10 @@ impl ReplyJob {
                         });
                     }
                     let (store, chat, run) = (self.store.clone(), self.chat, calls.clone());
+                    let _running: Vec<_> = calls
+                        .iter()
+                        .map(|_| self.options.actions.start(chat))
+                        .collect();
                     let results = match tokio::task::spawn_blocking(move || {
                         run.iter()
                             .map(|call| memory::run(&store, chat, call))
@@ -300,6 +309,7 @@ impl ReplyJob {
             tool: "compact".into(),
             label: "Summarising the earlier conversation…".into(),
         });
+        let _compacting = self.options.actions.start(self.chat);
         let request = memory::summary::compact_request(
             compaction.as_ref().map(|(_, s)| s.as_str()),
             &sent[..keep_from],

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::{Attachment, Event, Service};
@@ -65,6 +65,13 @@ pub struct VoiceStatus {
     /// In wake mode: a wake conversation is open ("Hey Jarvis" was heard), so questions are
     /// taken without the wake word until a goodbye or a quiet spell.
     pub awake: bool,
+    /// The last answer asked the user something (a confirmation, or a question of the model's):
+    /// what is said or typed next is taken as their reply, ahead of the waiting questions, and a
+    /// "no", "cancel" or "never mind" then answers rather than stops.
+    pub awaiting_answer: bool,
+    /// Jarvis's voice is playing (the voice loop says so): the reply's text may have ended long
+    /// before, and Stop must stay within reach while it talks.
+    pub speaking: bool,
     /// Counts Stop and End: the voice loop cuts Jarvis's voice on each, even when the reply
     /// itself had already finished and only its audio was still playing.
     pub stops: u64,
@@ -89,15 +96,31 @@ pub enum VoiceTicket {
     },
 }
 
+/// Something a window on the voice conversation should tell the user once (not a state: it is
+/// not kept, and a window that attaches later does not see it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum VoiceNotice {
+    /// A spoken question was not taken: [`QUEUE_LIMIT`] questions already wait.
+    QueueFull {
+        /// What was said.
+        text: String,
+    },
+}
+
 /// The service's side of the voice conversation.
 pub(crate) struct Voice {
     pub status: watch::Sender<VoiceStatus>,
+    /// One-off news for the windows.
+    pub notices: broadcast::Sender<VoiceNotice>,
     pub queue: VecDeque<WaitingQuestion>,
     pub next_id: u64,
     /// Since when no window has watched and nothing has run.
     pub idle_since: Option<Instant>,
     /// Chats of ended conversations to delete once their reply ends (saving is off).
     pub discard: Vec<ChatId>,
+    /// A goodbye was said during this reply: the conversation ends once it ends.
+    pub goodbye_after: Option<ReplyId>,
     /// Windows attached now.
     pub windows: Windows,
 }
@@ -134,10 +157,12 @@ impl Voice {
                 mode,
                 ..VoiceStatus::default()
             }),
+            notices: broadcast::channel(16).0,
             queue: VecDeque::new(),
             next_id: 1,
             idle_since: None,
             discard: Vec::new(),
+            goodbye_after: None,
             windows: Windows::default(),
         }
     }
@@ -170,6 +195,8 @@ pub enum VoiceUpdate {
     Status(VoiceStatus),
     /// An event of the conversation's replies, replayed from the current reply's first.
     Event(Event),
+    /// Something to tell the user once.
+    Notice(VoiceNotice),
 }
 
 /// The next status, once it changes; `None` once the service has stopped.
@@ -183,6 +210,7 @@ async fn status_update(status: &mut watch::Receiver<VoiceStatus>) -> Option<Voic
 pub struct VoiceAttachment {
     service: Service,
     status: watch::Receiver<VoiceStatus>,
+    notices: broadcast::Receiver<VoiceNotice>,
     chat: Option<(ChatId, Attachment)>,
     _window: WindowGuard,
 }
@@ -191,12 +219,14 @@ impl VoiceAttachment {
     pub(crate) fn new(
         service: Service,
         mut status: watch::Receiver<VoiceStatus>,
+        notices: broadcast::Receiver<VoiceNotice>,
         windows: &Windows,
     ) -> Self {
         status.mark_changed();
         VoiceAttachment {
             service,
             status,
+            notices,
             chat: None,
             _window: windows.enter(),
         }
@@ -232,6 +262,11 @@ impl VoiceAttachment {
             tokio::select! {
                 biased;
                 update = status_update(&mut self.status) => return update,
+                notice = self.notices.recv() => match notice {
+                    Ok(notice) => return Some(VoiceUpdate::Notice(notice)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
                 event = events => match event {
                     Some(event) => return Some(VoiceUpdate::Event(event)),
                     // The chat was deleted: its attachment ended; wait for the status to move on.

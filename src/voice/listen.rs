@@ -33,6 +33,10 @@ pub struct UtteranceReport {
     /// Where its last voiced frame ended (not printed; the turn benchmark measures from it).
     #[serde(skip)]
     pub last_voiced_ms: u64,
+    /// How the microphone listened when it was captured: a question carries it to the model
+    /// (the push-to-talk key is already up by the time the question is put).
+    #[serde(skip)]
+    pub mode: ListenMode,
 }
 
 /// What listening brought.
@@ -52,12 +56,24 @@ pub enum ListenEvent {
 /// said recently (to know its own echo), and whether a wake conversation is open.
 #[derive(Clone, Default)]
 pub struct Shared {
+    /// The microphone's loudness now (0–1, as f32 bits), for the orb's ring.
+    mic_level: Arc<std::sync::atomic::AtomicU32>,
     speaking: Arc<AtomicBool>,
     answers: Arc<Mutex<VecDeque<String>>>,
     awake: Arc<AtomicBool>,
 }
 
 impl Shared {
+    /// The listener heard a frame this loud (0–1).
+    pub fn set_mic_level(&self, level: f32) {
+        self.mic_level.store(level.to_bits(), Ordering::Relaxed);
+    }
+
+    /// How loud the microphone is now (0–1).
+    pub fn mic_level(&self) -> f32 {
+        f32::from_bits(self.mic_level.load(Ordering::Relaxed))
+    }
+
     /// Jarvis's voice started or stopped playing.
     pub fn set_speaking(&self, speaking: bool) {
         self.speaking.store(speaking, Ordering::SeqCst);
@@ -150,6 +166,14 @@ impl Listener {
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
         let now_ms = self.frame_index * FRAME_MS;
+        // A level meter falls back slowly and jumps up at once, as a person's eye expects.
+        let level = super::speak::loudness(&audio::to_f32(frame));
+        let shown = self.shared.mic_level();
+        self.shared.set_mic_level(if level >= shown {
+            level
+        } else {
+            shown * 0.8 + level * 0.2
+        });
         self.frame_index += 1;
         let mut out = Vec::new();
         if self.mode == ListenMode::Wake && !self.shared.awake() {
@@ -166,6 +190,7 @@ impl Listener {
                         start_ms: now_ms.saturating_sub(1280),
                         end_ms: now_ms + FRAME_MS,
                         last_voiced_ms: now_ms + FRAME_MS,
+                        mode: self.mode,
                     }));
                 }
             }
@@ -203,6 +228,7 @@ impl Listener {
                         start_ms,
                         end_ms,
                         last_voiced_ms: end_ms,
+                        mode: self.mode,
                     }),
                 ]
             }
@@ -218,12 +244,14 @@ impl Listener {
 
     fn judge(&mut self, utterance: Utterance) -> Result<Option<UtteranceReport>, VoiceError> {
         let holds_wake_word = std::mem::take(&mut self.holds_wake_word);
+        let mode = self.mode;
         let report = |heard, text: String| UtteranceReport {
             heard,
             text,
             start_ms: utterance.start_ms,
             end_ms: utterance.end_ms,
             last_voiced_ms: utterance.last_voiced_ms,
+            mode,
         };
         if self.mode == ListenMode::Wake && !self.shared.awake() {
             // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
@@ -246,17 +274,28 @@ impl Listener {
             wake_conversation: self.mode == ListenMode::Wake && self.shared.awake(),
         };
         let heard = classify(&text, &context);
+        if heard == Heard::Goodbye {
+            // The wake conversation is over as soon as it is said: what follows needs the wake
+            // word again (the reply in progress is still answered).
+            self.shared.set_awake(false);
+        }
         Ok(Some(report(heard, text)))
     }
 }
 
-/// What was said after "Hey Jarvis" in the same breath.
+/// What was said after "Hey Jarvis" in the same breath. The name is looked for word by word, so
+/// the slice is always taken at a word boundary of the original text (case folding can change a
+/// word's length in bytes: "İ" lowercases to two characters).
 fn after_wake_word(text: &str) -> String {
-    let lower = text.to_lowercase();
-    for name in ["jarvis", "travis", "jervis", "service"] {
-        if let Some(at) = lower.find(name) {
-            let rest = &text[at + name.len()..];
-            let rest = rest.trim_start_matches(|c: char| !c.is_alphanumeric());
+    for word in text.split_whitespace() {
+        let folded: String = word.chars().flat_map(char::to_lowercase).collect();
+        if ["jarvis", "travis", "jervis", "service"]
+            .iter()
+            .any(|name| folded.contains(name))
+        {
+            // `word` is a slice of `text`: its end is a char boundary there.
+            let end = word.as_ptr() as usize - text.as_ptr() as usize + word.len();
+            let rest = text[end..].trim_start_matches(|c: char| !c.is_alphanumeric());
             return if words(rest).is_empty() {
                 String::new()
             } else {
@@ -278,5 +317,28 @@ mod tests {
             super::after_wake_word("Hey, Jarvis, what time is it?"),
             "what time is it?"
         );
+        assert_eq!(super::after_wake_word("Hey Jarvis, İstanbul?"), "İstanbul?");
+        // Case folding that changes a word's length before the name (it panicked once).
+        assert_eq!(super::after_wake_word("İ Jarvis"), "");
+        assert_eq!(super::after_wake_word("İİİ JARVIS what now"), "what now");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn after_wake_word_never_panics_and_returns_a_tail_of_the_text(text in "\\PC*") {
+            let rest = super::after_wake_word(&text);
+            let words: Vec<&str> = text.split_whitespace().collect();
+            proptest::prop_assert!(
+                text.contains(rest.as_str()) || rest == words.get(2..).map(|w| w.join(" ")).unwrap_or_default()
+            );
+        }
+
+        #[test]
+        fn after_wake_word_never_panics_around_the_name(
+            before in "\\PC{0,12}", name in "(?i)jarvis|travis|jervis|service", after in "\\PC{0,12}"
+        ) {
+            let text = format!("{before} {name}{after}");
+            let _ = super::after_wake_word(&text);
+        }
     }
 }

@@ -54,6 +54,21 @@ impl Default for VoiceOptions {
     }
 }
 
+/// What the orb draws its ring from, about 25 times a second while anything changes (nothing is
+/// sent while nothing does).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct Levels {
+    /// The microphone's loudness (0–1) while it is open; `None` while it is shut.
+    pub mic: Option<f32>,
+    /// Jarvis's voice's loudness (0–1, lowered when ducked) while it plays.
+    pub voice: Option<f32>,
+}
+
+/// Levels in steps of 1/20, so a steady sound sends nothing new.
+fn step(level: f32) -> f32 {
+    (level.clamp(0.0, 1.0) * 20.0).round() / 20.0
+}
+
 enum LoopCommand {
     Replay(ReplyId),
 }
@@ -61,8 +76,10 @@ enum LoopCommand {
 /// The running loop. Dropping it stops listening and speaking; the conversation stays in the
 /// service.
 pub struct VoiceLoop {
+    service: Service,
     heard: broadcast::Sender<UtteranceReport>,
     problems: watch::Receiver<Option<String>>,
+    levels: watch::Receiver<Levels>,
     commands: mpsc::Sender<LoopCommand>,
     task: JoinHandle<()>,
 }
@@ -70,6 +87,8 @@ pub struct VoiceLoop {
 impl Drop for VoiceLoop {
     fn drop(&mut self) {
         self.task.abort();
+        // Its speaker goes with it: the orb and the tray must not offer to stop a silent voice.
+        self.service.speaking_ended_now();
     }
 }
 
@@ -78,6 +97,7 @@ impl VoiceLoop {
     pub fn start(service: Service, parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
         let (heard, _) = broadcast::channel(64);
         let (problem_tx, problems) = watch::channel(None);
+        let (levels_tx, levels) = watch::channel(Levels::default());
         let (commands, command_rx) = mpsc::channel(8);
         let shared = Shared::default();
         let speaker = Speaker::new(
@@ -86,6 +106,7 @@ impl VoiceLoop {
             shared.clone(),
         );
         let (events_tx, events) = mpsc::unbounded_channel();
+        let handle = service.clone();
         let state = LoopState {
             status: service.voice_status(),
             service,
@@ -95,21 +116,24 @@ impl VoiceLoop {
             speaker,
             heard: heard.clone(),
             problem: problem_tx,
+            levels: levels_tx,
             mic: None,
             mic_down: None,
             events_tx,
             chat: None,
             watched: false,
-            goodbye: false,
             awake: false,
             last_activity: Instant::now(),
             stops: 0,
             in_speech: false,
+            speaking: false,
         };
         let task = tokio::spawn(state.run(events, command_rx));
         VoiceLoop {
+            service: handle,
             heard,
             problems,
+            levels,
             commands,
             task,
         }
@@ -123,6 +147,11 @@ impl VoiceLoop {
     /// What keeps the loop from working (a missing model, no microphone), if anything.
     pub fn problems(&self) -> watch::Receiver<Option<String>> {
         self.problems.clone()
+    }
+
+    /// How loud the microphone and Jarvis's voice are, for the orb's ring.
+    pub fn levels(&self) -> watch::Receiver<Levels> {
+        self.levels.clone()
     }
 
     /// Reads a finished answer aloud again (the orb's Play answer); touches no history.
@@ -145,6 +174,65 @@ impl Drop for Mic {
     }
 }
 
+/// Runs a listener over an open capture until asked to finish (`None`) or until listening can
+/// go on no longer (`Some(why)`).
+#[allow(clippy::too_many_arguments)]
+fn listen(
+    mut capture: super::Capture,
+    mode: ListenMode,
+    transcriber: Arc<dyn Transcriber>,
+    wake: Option<WakeFactory>,
+    threshold: f32,
+    shared: Shared,
+    events: &mpsc::UnboundedSender<ListenEvent>,
+    stop: &AtomicBool,
+) -> Option<String> {
+    if let Err(err) = transcriber.prepare() {
+        tracing::warn!(%err, "speech-to-text is not available");
+        return Some(err.to_string());
+    }
+    let detector = match wake.map(|make| make()).transpose() {
+        Ok(detector) => detector,
+        Err(err) => {
+            tracing::warn!(%err, "the wake word cannot be heard");
+            return Some(err.to_string());
+        }
+    };
+    let mut listener = Listener::new(mode, transcriber, detector, threshold, shared);
+    let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
+        Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
+        Err(err) => {
+            tracing::warn!(%err, "an utterance could not be heard");
+            true
+        }
+    };
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            send(listener.finish());
+            return None;
+        }
+        match capture.frames.blocking_recv() {
+            Some(frame) => {
+                if !send(listener.push(&frame)) {
+                    // The loop is gone: nobody to tell.
+                    return None;
+                }
+            }
+            None => {
+                send(listener.finish());
+                if stop.load(Ordering::SeqCst) {
+                    return None;
+                }
+                return Some(
+                    capture
+                        .lost()
+                        .unwrap_or_else(|| "the microphone stopped sending sound".into()),
+                );
+            }
+        }
+    }
+}
+
 struct LoopState {
     service: Service,
     status: watch::Receiver<VoiceStatus>,
@@ -154,6 +242,7 @@ struct LoopState {
     speaker: Speaker,
     heard: broadcast::Sender<UtteranceReport>,
     problem: watch::Sender<Option<String>>,
+    levels: watch::Sender<Levels>,
     mic: Option<Mic>,
     /// The microphone failed or went away while listening was on for the `listens`-th time: it
     /// is not opened again until listening is turned on anew (until the service has taken the
@@ -162,11 +251,12 @@ struct LoopState {
     events_tx: mpsc::UnboundedSender<ListenEvent>,
     chat: Option<(ChatId, Attachment)>,
     watched: bool,
-    goodbye: bool,
     awake: bool,
     last_activity: Instant,
     stops: u64,
     in_speech: bool,
+    /// What the service was last told of the speaker playing.
+    speaking: bool,
 }
 
 impl LoopState {
@@ -242,10 +332,8 @@ impl LoopState {
         }
         // The conversation's chat: follow its replies.
         if self.chat.as_ref().map(|(id, _)| *id) != status.chat {
-            if self.chat.is_some() {
-                // Ended (or a new one began): whatever was being said is cut.
-                self.cut().await;
-            }
+            // (Ending it by End or deleting its chat counts a stop, which cuts the voice below; a
+            // goodbye lets what is being said play out.)
             self.chat = match status.chat {
                 Some(chat) => match self.service.attach(chat).await {
                     Ok(attachment) => Some((chat, attachment)),
@@ -263,7 +351,6 @@ impl LoopState {
         }
         if self.awake && !status.awake {
             self.shared.set_awake(false);
-            self.goodbye = false;
         }
         self.awake = status.awake;
     }
@@ -280,6 +367,7 @@ impl LoopState {
             _ => None,
         };
         let capture = self.parts.source.open()?;
+        self.shared.set_mic_level(0.0);
         let finish = Arc::new(AtomicBool::new(false));
         let transcriber = self.parts.transcriber.clone();
         let threshold = self.options.wake_threshold;
@@ -289,45 +377,37 @@ impl LoopState {
         std::thread::Builder::new()
             .name("jarvis-listen".into())
             .spawn(move || {
-                let mut capture = capture;
-                if let Err(err) = transcriber.prepare() {
-                    tracing::warn!(%err, "speech-to-text is not available");
-                    return;
-                }
-                let detector = match wake.map(|make| make()).transpose() {
-                    Ok(detector) => detector,
-                    Err(err) => {
-                        tracing::warn!(%err, "the wake word cannot be heard");
-                        return;
+                // Whatever ends this thread other than being asked to — a model that cannot load,
+                // the device going away, a panic anywhere in listening — is reported as the
+                // microphone lost with the reason, so the orb never shows "Mic on" over a
+                // microphone nobody reads.
+                let listening = std::panic::AssertUnwindSafe(|| {
+                    listen(
+                        capture,
+                        mode,
+                        transcriber,
+                        wake,
+                        threshold,
+                        shared,
+                        &events,
+                        &stop,
+                    )
+                });
+                let ended = match std::panic::catch_unwind(listening) {
+                    Ok(ended) => ended,
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown".into());
+                        tracing::error!(%what, "listening stopped on an internal error");
+                        Some(format!("listening stopped on an internal error ({what})"))
                     }
                 };
-                let mut listener = Listener::new(mode, transcriber, detector, threshold, shared);
-                let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
-                    Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
-                    Err(err) => {
-                        tracing::warn!(%err, "an utterance could not be heard");
-                        true
-                    }
-                };
-                loop {
-                    if stop.load(Ordering::SeqCst) {
-                        send(listener.finish());
-                        return;
-                    }
-                    match capture.frames.blocking_recv() {
-                        Some(frame) => {
-                            if !send(listener.push(&frame)) {
-                                return;
-                            }
-                        }
-                        None => {
-                            send(listener.finish());
-                            if let Some(why) = capture.lost() {
-                                let _ = events.send(ListenEvent::MicrophoneLost(why));
-                            }
-                            return;
-                        }
-                    }
+                // (A microphone the loop closed meanwhile is no news.)
+                if let Some(why) = ended.filter(|_| !stop.load(Ordering::SeqCst)) {
+                    let _ = events.send(ListenEvent::MicrophoneLost(why));
                 }
             })
             .map_err(|e| VoiceError::Device(format!("cannot start listening: {e}")))?;
@@ -365,20 +445,38 @@ impl LoopState {
                 tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
                 let _ = self.heard.send(report.clone());
                 match report.heard {
-                    Heard::Question => match self.service.voice_ask(report.text).await {
-                        Ok(_) => {}
-                        Err(AskError::QueueFull) => {
-                            tracing::info!("a spoken question was dropped: four already wait")
+                    Heard::Question => {
+                        match self.service.voice_ask_heard(report.text, report.mode).await {
+                            Ok(_) => {}
+                            Err(AskError::QueueFull) => {
+                                // The service told the windows; the orb says it was not taken.
+                                tracing::info!("a spoken question was not taken: four already wait")
+                            }
+                            Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
                         }
-                        Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
-                    },
+                    }
+                    Heard::Stop if self.answers_rather_than_stops() => {
+                        // ADR 0159: Jarvis asked something and nothing runs or speaks: "no",
+                        // "cancel", "never mind" is the user's answer, not a stop of nothing.
+                        if let Err(err) =
+                            self.service.voice_ask_heard(report.text, report.mode).await
+                        {
+                            tracing::warn!(%err, "an answer could not be put");
+                        }
+                    }
                     Heard::Stop => {
                         if let Err(err) = self.service.voice_stop().await {
                             tracing::warn!(%err, "stop could not reach the service");
                         }
                         self.cut().await;
                     }
-                    Heard::Goodbye => self.goodbye = true,
+                    Heard::Goodbye => {
+                        // (The listener already waits for the wake word again.)
+                        self.awake = false;
+                        if let Err(err) = self.service.voice_goodbye().await {
+                            tracing::warn!(%err, "the goodbye could not reach the service");
+                        }
+                    }
                     Heard::Wake => {
                         self.awake = true;
                         let _ = self.service.set_awake(true).await;
@@ -387,6 +485,14 @@ impl LoopState {
                 }
             }
         }
+    }
+
+    /// Whether a "stop" said now is an answer: the last answer asked the user something, and
+    /// no reply runs nor voice plays that it could stop (questions waiting behind the answer
+    /// it is owed stay waiting).
+    fn answers_rather_than_stops(&self) -> bool {
+        let status = self.status.borrow();
+        status.awaiting_answer && status.replying.is_none() && !self.speaker.playing()
     }
 
     async fn on_reply_event(&mut self, event: Event) {
@@ -427,6 +533,22 @@ impl LoopState {
 
     async fn on_tick(&mut self) {
         self.speaker.refresh();
+        let levels = Levels {
+            mic: self.mic.as_ref().map(|_| step(self.shared.mic_level())),
+            voice: self.speaker.level().map(step),
+        };
+        self.levels.send_if_modified(|now| {
+            let changed = *now != levels;
+            *now = levels;
+            changed
+        });
+        let speaking = self.speaker.playing();
+        if speaking != self.speaking {
+            self.speaking = speaking;
+            if let Err(err) = self.service.set_speaking(speaking).await {
+                tracing::warn!(%err, "the service could not be told the voice plays");
+            }
+        }
         let watched = self.service.voice_watched();
         if self.watched && !watched {
             // The window went away: the reply goes on, its audio does not.
@@ -439,12 +561,6 @@ impl LoopState {
         self.watched = watched;
         let status = self.status.borrow().clone();
         let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.playing();
-        if self.goodbye && quiet {
-            self.goodbye = false;
-            self.awake = false;
-            self.shared.set_awake(false);
-            let _ = self.service.end_conversation().await;
-        }
         if self.shared.awake()
             && quiet
             && !self.in_speech

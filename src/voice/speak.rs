@@ -19,6 +19,27 @@ struct Spoken {
     text: String,
     start: Duration,
     end: Duration,
+    /// Its loudness (0–1), one value per [`ENVELOPE_STEP`], for the orb's ring.
+    envelope: Vec<f32>,
+}
+
+/// How finely a spoken clip's loudness is kept.
+const ENVELOPE_STEP: Duration = Duration::from_millis(40);
+
+/// Loudness on the orb's scale (0–1) of samples in [-1, 1]: their RMS in dBFS, −60 dB and below
+/// as 0, −10 dB and above as 1.
+pub fn loudness(samples: &[f32]) -> f32 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mean = samples.iter().map(|s| s * s).sum::<f32>() / samples.len() as f32;
+    let db = 10.0 * mean.max(1e-12).log10();
+    ((db + 60.0) / 50.0).clamp(0.0, 1.0)
+}
+
+fn envelope(clip: &super::Clip) -> Vec<f32> {
+    let step = (ENVELOPE_STEP.as_secs_f64() * f64::from(clip.rate)).max(1.0) as usize;
+    clip.samples.chunks(step).map(loudness).collect()
 }
 
 /// The answer being spoken.
@@ -30,6 +51,11 @@ struct Answer {
     voiced: bool,
     /// It was cut already (its heard prefix is kept).
     cut: bool,
+    /// Its whole text has been handed to the speech (the reply ended); until then more is to
+    /// come, and a cut between two sentences is still a cut.
+    complete: bool,
+    /// Played again from the store (Play answer): cutting it changes no history.
+    replay: bool,
 }
 
 /// Speaks replies onto a sink.
@@ -81,6 +107,8 @@ impl Speaker {
             spoken: Vec::new(),
             voiced: false,
             cut: false,
+            complete: false,
+            replay: false,
         });
         self.shared.said(true, "");
     }
@@ -111,7 +139,9 @@ impl Speaker {
         if answer.reply != reply {
             return Ok(());
         }
-        if let Some(rest) = answer.sentences.finish() {
+        let rest = answer.sentences.finish();
+        answer.complete = true;
+        if let Some(rest) = rest {
             self.sentence(rest, audible).await?;
         }
         Ok(())
@@ -133,6 +163,7 @@ impl Speaker {
             .await
             .map_err(|e| VoiceError::Synthesize(e.to_string()))??;
         let length = clip.duration();
+        let envelope = envelope(&clip);
         let now = self.sink.played();
         let start = if self.sink.is_playing() {
             self.queued_until.max(now)
@@ -147,13 +178,15 @@ impl Speaker {
                 text: sentence,
                 start,
                 end: start + length,
+                envelope,
             });
         }
         Ok(())
     }
 
     /// Cuts the voice now (Stop, End, or the window going away). Returns the reply and what of it
-    /// had been played — unless nothing of it was ever going to be heard, or it was heard whole.
+    /// had been played (empty: none of it) — unless it was heard whole, was cut already, or was
+    /// an answer played again.
     pub fn cut(&mut self) -> Option<(ReplyId, String)> {
         let played = self.sink.played();
         let playing = self.sink.is_playing();
@@ -161,23 +194,28 @@ impl Speaker {
         self.shared.set_speaking(false);
         self.queued_until = played;
         let answer = self.answer.as_mut()?;
-        if answer.cut || !answer.voiced {
+        if answer.cut {
             return None;
         }
         answer.cut = true;
-        let whole = !playing && answer.spoken.last().is_some_and(|s| s.end <= played);
-        if whole {
+        // Heard whole only when all of its text was spoken and has played: a sink that is idle
+        // between two sentences (the next still being made) is not the end of the answer.
+        let whole = answer.complete
+            && answer.voiced
+            && !playing
+            && answer.spoken.last().is_some_and(|s| s.end <= played);
+        if whole || answer.replay {
             return None;
         }
         Some((answer.reply, heard_prefix(&answer.spoken, played)))
     }
 
-    /// A window went away: stop making sound, keep the heard prefix of the answer.
+    /// A window went away: stop making sound, keep the heard prefix of the answer — also of one
+    /// whose first sentence had not played yet (none of it was heard).
     pub fn window_left(&mut self) -> Option<(ReplyId, String)> {
-        if self.sink.is_playing() || self.answer.as_ref().is_some_and(|a| a.voiced && !a.cut) {
-            let cut = self.cut();
+        if self.sink.is_playing() || self.answer.as_ref().is_some_and(|a| !a.cut) {
             // Later text of the same reply is not spoken either.
-            return cut;
+            return self.cut();
         }
         None
     }
@@ -195,6 +233,10 @@ impl Speaker {
         self.cut();
         self.answer = None;
         self.begin(reply);
+        if let Some(answer) = &mut self.answer {
+            answer.replay = true;
+            answer.complete = true;
+        }
         let mut sentences = Sentences::new();
         let mut all = sentences.push(text);
         all.extend(sentences.finish());
@@ -202,6 +244,22 @@ impl Speaker {
             self.sentence(sentence, true).await?;
         }
         Ok(())
+    }
+
+    /// How loud Jarvis's voice is now (0–1, the ducked volume applied), while it plays.
+    pub fn level(&self) -> Option<f32> {
+        if !self.sink.is_playing() {
+            return None;
+        }
+        let played = self.sink.played();
+        let answer = self.answer.as_ref()?;
+        let spoken = answer
+            .spoken
+            .iter()
+            .find(|s| s.start <= played && played < s.end)?;
+        let at = ((played - spoken.start).as_secs_f64() / ENVELOPE_STEP.as_secs_f64()) as usize;
+        let level = spoken.envelope.get(at).copied().unwrap_or(0.0);
+        Some(if self.ducked { level * DUCKED } else { level })
     }
 
     /// Keeps the speaking flag true to the sink (the echo check reads it).
@@ -250,7 +308,101 @@ mod tests {
             text: text.into(),
             start: Duration::from_millis(start_ms),
             end: Duration::from_millis(end_ms),
+            envelope: Vec::new(),
         }
+    }
+
+    #[test]
+    fn loudness_runs_from_silence_to_a_loud_voice() {
+        assert_eq!(loudness(&[]), 0.0);
+        assert_eq!(loudness(&[0.0; 320]), 0.0);
+        let quiet: Vec<f32> = (0..320).map(|i| (i as f32 / 5.0).sin() * 0.003).collect();
+        let loud: Vec<f32> = (0..320).map(|i| (i as f32 / 5.0).sin() * 0.5).collect();
+        assert!(loudness(&quiet) < 0.2, "{}", loudness(&quiet));
+        assert!(loudness(&loud) > 0.9, "{}", loudness(&loud));
+    }
+
+    #[tokio::test]
+    async fn its_level_follows_what_plays_and_drops_to_a_fifth_when_ducked() {
+        let (mut speaker, recorder) = speaker();
+        let reply = ReplyId(10);
+        assert_eq!(speaker.level(), None, "silent");
+        speaker.begin(reply);
+        speaker.text(reply, "One two. ", true).await.unwrap();
+        let full = speaker.level().expect("it plays");
+        assert!(full > 0.5, "{full}");
+        speaker.duck(true);
+        let ducked = speaker.level().expect("it plays");
+        assert!((ducked - full * DUCKED).abs() < 1e-3, "{ducked} vs {full}");
+        until_quiet(&recorder).await;
+        assert_eq!(speaker.level(), None);
+    }
+
+    /// A voice that says each sentence as 100 ms of a quiet tone.
+    struct Tone;
+
+    impl Synthesizer for Tone {
+        fn synthesize(&self, _text: &str) -> Result<super::super::Clip, VoiceError> {
+            let samples = (0..1600).map(|i| (i as f32 / 8.0).sin() * 0.1).collect();
+            Ok(super::super::Clip {
+                samples,
+                rate: 16_000,
+            })
+        }
+    }
+
+    fn speaker() -> (Speaker, super::super::Recorder) {
+        let recorder = super::super::Recorder::new(16_000);
+        let speaker = Speaker::new(
+            Arc::new(Tone),
+            Arc::new(recorder.clone()),
+            Shared::default(),
+        );
+        (speaker, recorder)
+    }
+
+    async fn until_quiet(recorder: &super::super::Recorder) {
+        while recorder.is_playing() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stop_between_two_sentences_is_a_cut_after_the_first() {
+        let (mut speaker, recorder) = speaker();
+        let reply = ReplyId(7);
+        speaker.begin(reply);
+        speaker.text(reply, "One two. Three", true).await.unwrap();
+        // The first sentence has played; the next is still being written: the sink is idle.
+        until_quiet(&recorder).await;
+        assert_eq!(speaker.cut(), Some((reply, "One two.".to_string())));
+        assert_eq!(speaker.cut(), None, "recorded once");
+    }
+
+    #[tokio::test]
+    async fn an_answer_spoken_to_its_end_is_heard_whole_and_a_replay_changes_no_history() {
+        let (mut speaker, recorder) = speaker();
+        let reply = ReplyId(8);
+        speaker.begin(reply);
+        speaker.text(reply, "One two. Three", true).await.unwrap();
+        speaker.end(reply, true).await.unwrap();
+        until_quiet(&recorder).await;
+        assert_eq!(speaker.cut(), None, "heard whole");
+        speaker.replay(reply, "One two. Three four.").await.unwrap();
+        assert!(recorder.is_playing());
+        assert_eq!(speaker.cut(), None, "cutting a replay records nothing");
+    }
+
+    #[tokio::test]
+    async fn a_window_that_leaves_before_the_first_clip_records_that_nothing_was_heard() {
+        let (mut speaker, _recorder) = speaker();
+        let reply = ReplyId(9);
+        speaker.begin(reply);
+        assert_eq!(speaker.window_left(), Some((reply, String::new())));
+        // The rest of the reply is written but never spoken.
+        speaker.text(reply, "Later. Words.", false).await.unwrap();
+        speaker.end(reply, false).await.unwrap();
+        assert_eq!(speaker.window_left(), None);
     }
 
     #[test]
