@@ -33,6 +33,8 @@ pub struct AppState {
     /// Why Jarvis cannot listen or speak right now (a missing speech model, a microphone that
     /// failed to open), for the orb; `None` while the voice works.
     pub voice_problem: tokio::sync::watch::Sender<Option<String>>,
+    /// How loud the microphone and Jarvis's voice are now (the newest loop's), for the orb's ring.
+    pub voice_levels: tokio::sync::watch::Sender<jarvis::voice::pipeline::Levels>,
     /// Counts voice loop starts, so only the newest loop reports its problems.
     voice_starts: std::sync::atomic::AtomicU64,
     /// The service's recall (its embedder and summary index), shared with "What the model sees".
@@ -165,11 +167,13 @@ pub async fn start_voice(app: &tauri::AppHandle) {
         Err(problem) => {
             tracing::warn!("voice: {problem}");
             state.voice_problem.send_replace(Some(problem.clone()));
+            state.voice_levels.send_replace(Default::default());
         }
         Ok(voice) => {
             // The loop's own problems (the microphone failing to open later) go to the orb
             // until a newer loop replaces it.
             let mut problems = voice.problems();
+            let mut levels = voice.levels();
             let app = app.clone();
             tauri::async_runtime::spawn(async move {
                 loop {
@@ -178,9 +182,20 @@ pub async fn start_voice(app: &tauri::AppHandle) {
                         break;
                     }
                     let problem = problems.borrow_and_update().clone();
-                    state.voice_problem.send_replace(problem);
-                    if problems.changed().await.is_err() {
-                        break;
+                    state.voice_problem.send_if_modified(|p| {
+                        let changed = *p != problem;
+                        *p = problem;
+                        changed
+                    });
+                    let now = *levels.borrow_and_update();
+                    state.voice_levels.send_if_modified(|l| {
+                        let changed = *l != now;
+                        *l = now;
+                        changed
+                    });
+                    tokio::select! {
+                        changed = problems.changed() => if changed.is_err() { break },
+                        changed = levels.changed() => if changed.is_err() { break },
                     }
                 }
             });
@@ -242,6 +257,7 @@ pub fn run() -> anyhow::Result<()> {
         forwarders: Mutex::new(HashMap::new()),
         voice: Mutex::new(Err("the voice loop is starting".into())),
         voice_problem: tokio::sync::watch::Sender::new(None),
+        voice_levels: tokio::sync::watch::Sender::new(Default::default()),
         voice_starts: std::sync::atomic::AtomicU64::new(0),
         recall,
     };

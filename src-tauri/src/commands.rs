@@ -55,9 +55,13 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         orb_end,
         orb_set_mode,
         orb_acknowledge,
+        orb_retry,
+        orb_play,
+        read_aloud,
         orb_listen,
         orb_hide,
         orb_problems,
+        orb_levels,
         list_facts,
         add_fact,
         edit_fact,
@@ -316,6 +320,40 @@ async fn orb_acknowledge(state: State<'_, AppState>) -> Res<()> {
     Ok(state.service.acknowledge_answer().await?)
 }
 
+/// Try again in the orb: the voice conversation's failed or interrupted question, once more.
+#[tauri::command]
+async fn orb_retry(state: State<'_, AppState>) -> Res<jarvis::ReplyId> {
+    Ok(state.service.voice_retry().await?)
+}
+
+/// Play in the orb: reads its latest finished answer aloud again; the history is unchanged.
+#[tauri::command]
+async fn orb_play(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
+    read_aloud_with(&state, reply).await
+}
+
+/// Read aloud in the chat window: any finished reply, spoken by the voice loop; the history is
+/// unchanged.
+#[tauri::command]
+async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
+    read_aloud_with(&state, reply).await
+}
+
+async fn read_aloud_with(state: &AppState, reply: jarvis::ReplyId) -> Res<()> {
+    let voice = state
+        .voice
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_else(|_| Err("the voice loop is not running".into()));
+    match voice {
+        Ok(voice) => {
+            voice.replay(reply).await;
+            Ok(())
+        }
+        Err(problem) => Err(anyhow::anyhow!("Jarvis cannot speak: {problem}").into()),
+    }
+}
+
 /// Switches the microphone on or off in hands-free and wake modes. Refused, with the reason,
 /// when the voice loop cannot listen (a missing speech model, no microphone).
 #[tauri::command]
@@ -353,6 +391,30 @@ fn orb_problems(
         }
     });
     state.forward(window.label(), "voice problems", task);
+    Ok(())
+}
+
+/// How loud the microphone and Jarvis's voice are, whenever that changes (about 25 times a second
+/// while sound is heard or played; nothing while all is still), for the orb's ring.
+#[tauri::command]
+fn orb_levels(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    on_levels: Channel<jarvis::voice::pipeline::Levels>,
+) -> Res<()> {
+    let mut levels = state.voice_levels.subscribe();
+    let task = tauri::async_runtime::spawn(async move {
+        loop {
+            let now = *levels.borrow_and_update();
+            if on_levels.send(now).is_err() {
+                break;
+            }
+            if levels.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    state.forward(window.label(), "voice levels", task);
     Ok(())
 }
 

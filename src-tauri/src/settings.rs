@@ -24,6 +24,7 @@ pub struct SettingsView {
     openai_key: Option<String>,
     shortcut: String,
     save_conversations: bool,
+    wake_while_hidden: bool,
     listen_mode: ListenMode,
     speech_model: SpeechModel,
     wake_threshold: f32,
@@ -76,6 +77,7 @@ impl SettingsView {
             openai_key: key_source("OPENAI_API_KEY"),
             shortcut: s.desktop.shortcut.clone(),
             save_conversations: s.voice.save_conversations,
+            wake_while_hidden: s.voice.wake_while_hidden,
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
             wake_threshold: s.voice.wake_threshold,
@@ -96,6 +98,7 @@ pub struct SettingsForm {
     api_key: Option<String>,
     shortcut: String,
     save_conversations: bool,
+    wake_while_hidden: bool,
     speech_model: SpeechModel,
     wake_threshold: f32,
     input_device: String,
@@ -124,6 +127,10 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         (
             vec!["voice", "save_conversations"],
             Some(SettingValue::Bool(form.save_conversations)),
+        ),
+        (
+            vec!["voice", "wake_while_hidden"],
+            Some(SettingValue::Bool(form.wake_while_hidden)),
         ),
         (
             vec!["voice", "speech_model"],
@@ -212,12 +219,23 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
     }
     if voice_changed {
         // The new speech model, threshold or microphone: a new voice loop, once the voice
-        // conversation's reply (and its speech) is answered — switching never cuts one.
+        // conversation's reply is answered and its speech has ended — switching never cuts one.
         // Listening resumes as it was.
         let app = app.clone();
         let mut status = state.service.voice_status();
         tauri::async_runtime::spawn(async move {
-            let _ = status.wait_for(|s| s.replying.is_none()).await;
+            // Idle means no reply and no voice playing; it must hold a moment, since the last
+            // sentence is spoken just after the reply's text ends.
+            loop {
+                let idle = |s: &jarvis::service::VoiceStatus| s.replying.is_none() && !s.speaking;
+                if status.wait_for(idle).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                if idle(&status.borrow_and_update()) {
+                    break;
+                }
+            }
             crate::app::start_voice(&app).await;
         });
     }

@@ -134,10 +134,38 @@ pub fn build(app: &AppHandle) -> tauri::Result<()> {
                 perform(app, action);
             }
         });
-    if let Some(icon) = app.default_window_icon() {
+    let icons = app
+        .default_window_icon()
+        .map(|icon| (icon.clone().to_owned(), with_microphone_mark(icon)));
+    if let Some((icon, _)) = &icons {
         tray = tray.icon(icon.clone());
     }
-    tray.build(app)?;
+    let tray = tray.build(app)?;
+
+    // The microphone's state is always visible: whenever it is open (the orb shown, or the wake
+    // word kept on while it is hidden) the tray icon carries a red mark and says so.
+    let mut voice = app.state::<AppState>().service.voice_status();
+    tauri::async_runtime::spawn(async move {
+        let mut shown = None;
+        loop {
+            let listening = voice.borrow_and_update().listening;
+            if shown != Some(listening) {
+                shown = Some(listening);
+                if let Some((plain, marked)) = &icons {
+                    let icon = if listening { marked } else { plain };
+                    let _ = tray.set_icon(Some(icon.clone()));
+                }
+                let _ = tray.set_tooltip(Some(if listening {
+                    "Jarvis — microphone on"
+                } else {
+                    "Jarvis"
+                }));
+            }
+            if voice.changed().await.is_err() {
+                break;
+            }
+        }
+    });
 
     // Stop reply and End conversation are enabled only when there is something to stop or end.
     let mut activity = app.state::<AppState>().service.activity();
@@ -157,12 +185,49 @@ pub fn build(app: &AppHandle) -> tauri::Result<()> {
     Ok(())
 }
 
+/// The icon with a red dot in its lower right quarter: the microphone is open.
+fn with_microphone_mark(icon: &tauri::image::Image<'_>) -> tauri::image::Image<'static> {
+    let (width, height) = (icon.width(), icon.height());
+    let mut rgba = icon.rgba().to_vec();
+    let radius = f64::from(width.min(height)) * 0.22;
+    let (cx, cy) = (
+        f64::from(width) - radius - 1.0,
+        f64::from(height) - radius - 1.0,
+    );
+    for y in 0..height {
+        for x in 0..width {
+            let (dx, dy) = (f64::from(x) + 0.5 - cx, f64::from(y) + 0.5 - cy);
+            let distance = (dx * dx + dy * dy).sqrt();
+            let at = ((y * width + x) * 4) as usize;
+            if distance <= radius {
+                rgba[at..at + 4].copy_from_slice(&[0xe5, 0x1c, 0x23, 0xff]);
+            } else if distance <= radius + 1.5 {
+                // A white ring keeps the dot visible on a red or dark icon.
+                rgba[at..at + 4].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+            }
+        }
+    }
+    tauri::image::Image::new_owned(rgba, width, height)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_microphone_mark_is_a_red_dot_in_the_lower_right_corner() {
+        let plain = tauri::image::Image::new_owned(vec![0; 32 * 32 * 4], 32, 32);
+        let marked = with_microphone_mark(&plain);
+        let pixel = |x: u32, y: u32| {
+            let at = ((y * 32 + x) * 4) as usize;
+            marked.rgba()[at..at + 4].to_vec()
+        };
+        assert_eq!(pixel(25, 25), [0xe5, 0x1c, 0x23, 0xff]);
+        assert_eq!(pixel(4, 4), [0, 0, 0, 0], "the rest is untouched");
     }
 
     #[test]

@@ -25,7 +25,17 @@ pub fn hide(app: &AppHandle, label: &str) {
             tracing::warn!(%err, label, "cannot hide a window");
         }
     }
-    app.state::<AppState>().detach(label);
+    let state = app.state::<AppState>();
+    state.detach(label);
+    if label == ORB {
+        // A hidden orb holds no open microphone (unless the wake word is kept on while hidden).
+        let service = state.service.clone();
+        tauri::async_runtime::spawn(async move {
+            if let Err(err) = service.set_orb_shown(false).await {
+                tracing::warn!(%err, "cannot tell the service the orb was hidden");
+            }
+        });
+    }
 }
 
 /// Shows a window; the chat window also takes focus, the orb never does.
@@ -40,14 +50,20 @@ pub fn show(app: &AppHandle, label: &str) {
     }
     if label == CHAT {
         let _ = window.set_focus();
+    } else if label == ORB {
+        let service = app.state::<AppState>().service.clone();
+        tauri::async_runtime::spawn(async move {
+            let _ = service.set_orb_shown(true).await;
+        });
     }
     if !was_visible {
         let _ = app.emit_to(label, ATTACH_AGAIN, ());
     }
 }
 
-/// The first time (no remembered place), the orb goes to the top right corner of its screen,
-/// out of the chat window's way. After that the window-state plugin puts it where it was left.
+/// The first time (no remembered place), the orb goes to the bottom right corner of its screen,
+/// above a panel there: out of the way of the chat window's header and its buttons, which sit at
+/// the top (a maximised chat window's Settings and Stop were covered in the top right corner). After that the window-state plugin puts it where it was left.
 pub fn place_orb_first_time(app: &AppHandle) {
     let remembered = app
         .path()
@@ -63,15 +79,15 @@ pub fn place_orb_first_time(app: &AppHandle) {
     if remembered {
         return;
     }
-    // The configured width: before it is first drawn, the window may not know its size yet.
-    let width = app
+    // The configured size: before it is first drawn, the window may not know its size yet.
+    let (width, height) = app
         .config()
         .app
         .windows
         .iter()
         .find(|w| w.label == ORB)
-        .map(|w| w.width)
-        .unwrap_or(240.0);
+        .map(|w| (w.width, w.height))
+        .unwrap_or((240.0, 320.0));
     let monitor = orb
         .current_monitor()
         .ok()
@@ -81,8 +97,10 @@ pub fn place_orb_first_time(app: &AppHandle) {
         let scale = monitor.scale_factor();
         let area = monitor.size();
         let margin = (24.0 * scale) as i32;
+        let panel = (48.0 * scale) as i32;
         let x = monitor.position().x + area.width as i32 - (width * scale) as i32 - margin;
-        let y = monitor.position().y + margin;
+        let y = (monitor.position().y + area.height as i32 - (height * scale) as i32 - panel)
+            .max(monitor.position().y + margin);
         let _ = orb.set_position(tauri::PhysicalPosition::new(x, y));
     }
 }

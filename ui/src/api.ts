@@ -8,6 +8,7 @@ import type {
   Chat,
   ChatRecord,
   Fact,
+  Levels,
   ListenMode,
   MicrophoneList,
   ReplyEvent,
@@ -55,12 +56,20 @@ export const api = {
     channel.onmessage = onProblem;
     return invoke<void>("orb_problems", { onProblem: channel });
   },
+  orbLevels: (onLevels: (levels: Levels) => void) => {
+    const channel = new Channel<Levels>();
+    channel.onmessage = onLevels;
+    return invoke<void>("orb_levels", { onLevels: channel });
+  },
   orbAsk: (text: string) => invoke<VoiceTicket>("orb_ask", { text }),
   orbRemove: (id: number) => invoke<boolean>("orb_remove", { id }),
   orbStop: () => invoke<boolean>("orb_stop"),
   orbEnd: () => invoke<boolean>("orb_end"),
   orbSetMode: (mode: ListenMode) => invoke<void>("orb_set_mode", { mode }),
   orbAcknowledge: () => invoke<void>("orb_acknowledge"),
+  orbRetry: () => invoke<number>("orb_retry"),
+  orbPlay: (reply: number) => invoke<void>("orb_play", { reply }),
+  readAloud: (reply: number) => invoke<void>("read_aloud", { reply }),
   orbListen: (on: boolean) => invoke<void>("orb_listen", { on }),
   orbHide: () => invoke<void>("orb_hide"),
   listFacts: () => invoke<Fact[]>("list_facts"),

@@ -4,6 +4,7 @@
 import { api, message, onAttachAgain, onOpenSettings, onThemeChanged } from "./api";
 import {
   applyEvent,
+  canReadAloud,
   composerBlock,
   emptyView,
   endingNote,
@@ -21,7 +22,7 @@ import { applyTheme } from "./theme";
 import type { Activity, Chat, ReplyEvent } from "./types";
 
 let chats: Chat[] = [];
-let activity: Activity = { replying: [], queued: 0, conversation: false, generation: -1 };
+let activity: Activity = { replying: [], queued: 0, conversation: false, speaking: false, generation: -1 };
 let view: ChatView = emptyView(null);
 let loading = false;
 let loadError: string | null = null;
@@ -369,6 +370,18 @@ function messageEl(m: Message): HTMLElement {
     });
   }
   const el = h("article", { class: `message ${m.role}`, "data-key": m.key }, body);
+  if (canReadAloud(m) && m.reply !== undefined && m.reply !== null) {
+    const reply = m.reply;
+    const read = h(
+      "button",
+      { type: "button", class: "read-aloud icon", title: "Read aloud", "aria-label": "Read aloud" },
+      "🔊",
+    );
+    read.addEventListener("click", () => {
+      api.readAloud(reply).catch((err) => showNote(message(err)));
+    });
+    el.append(h("div", { class: "message-actions" }, read));
+  }
   const live = m.live;
   if (live) {
     el.dataset.reply = String(live.reply);

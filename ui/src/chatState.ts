@@ -27,6 +27,8 @@ export interface Message {
   /** `afresh`: the line where the user started afresh; the model does not see what is above. */
   role: "user" | "assistant" | "afresh";
   text: string;
+  /** The reply an assistant message is the answer of (Read aloud plays it). */
+  reply?: number | null;
   /** For the live reply: how it stands. */
   live?: LiveReply;
 }
@@ -110,14 +112,14 @@ export function messages(view: ChatView, since: number | null = null): Message[]
       divided = true;
     }
     if (live && record.role === "assistant" && record.reply === live.reply) continue;
-    out.push({ key: `r${record.id}`, role: record.role, text: record.text });
+    out.push({ key: `r${record.id}`, role: record.role, text: record.text, reply: record.reply });
     if (live && record.id === live.question) {
-      out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, live });
+      out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, reply: live.reply, live });
       placed = true;
     }
   }
   if (live && !placed && view.records.length > 0) {
-    out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, live });
+    out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, reply: live.reply, live });
   }
   if (!divided && out.length > 0) out.push(afresh);
   return out;
@@ -140,4 +142,11 @@ export function endingNote(live: LiveReply): string | null {
     default:
       return null;
   }
+}
+
+/** Whether a message offers Read aloud: an answer with words, no longer being written. */
+export function canReadAloud(m: Message): boolean {
+  if (m.role !== "assistant" || m.reply === undefined || m.reply === null) return false;
+  if (m.text.trim() === "") return false;
+  return !m.live || !["started", "waiting", "running"].includes(m.live.state);
 }

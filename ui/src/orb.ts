@@ -7,11 +7,15 @@ import { showReply, whenMarkdown } from "./lazyMarkdown";
 import {
   applyOrbEvent,
   applyStatus,
+  canPlay,
+  canRetry,
   canStop,
   emptyOrb,
   MODE_LABEL,
+  noticeText,
   phase,
   PHASE_LABEL,
+  ring,
   type OrbView,
 } from "./orbState";
 import { applyTheme } from "./theme";
@@ -25,8 +29,10 @@ let seq = 0;
 function onUpdate(update: VoiceUpdate): void {
   if (update.kind === "status") {
     view = applyStatus(view, update.value);
-  } else {
+  } else if (update.kind === "event") {
     view = applyOrbEvent(view, update.value);
+  } else {
+    byId("orb-error").textContent = noticeText(update.value);
   }
   render();
 }
@@ -43,10 +49,19 @@ async function attach(): Promise<void> {
     // Why it cannot listen or speak (no speech model, a microphone that failed), while it lasts.
     // A small mark in the top bar (the orb has no room for a paragraph); the reason on hover,
     // and in the error line when clicked.
+    // The ring follows sound: only a style changes, and nothing arrives while all is still.
+    await api.orbLevels((levels) => {
+      if (mine !== seq) return;
+      const now = ring(levels);
+      const card = byId("orb-card");
+      card.dataset.sound = now.source;
+      card.style.setProperty("--level", now.level.toFixed(2));
+    });
     await api.orbProblems((problem) => {
       if (mine !== seq) return;
       const mark = byId("orb-problem");
       mark.hidden = problem === null;
+      byId("orb-card").dataset.novoice = String(problem !== null);
       mark.title = problem === null ? "" : `Voice unavailable: ${problem}`;
       mark.setAttribute("aria-label", mark.title);
     });
@@ -59,11 +74,11 @@ function render(): void {
   const p = phase(view);
   const card = byId("orb-card");
   card.dataset.phase = p;
+  card.dataset.mic = view.status.listening ? "on" : "off";
   byId("orb").setAttribute("aria-label", `Jarvis: ${PHASE_LABEL[p]}`);
   const pending = view.status.pending_mode;
-  byId("phase").textContent = pending
-    ? `${PHASE_LABEL[p]} · ${MODE_LABEL[pending]} after this reply`
-    : PHASE_LABEL[p];
+  const label = p === "idle" && view.status.awaiting_answer ? "Waiting for your answer…" : PHASE_LABEL[p];
+  byId("phase").textContent = pending ? `${label} · ${MODE_LABEL[pending]} after this reply` : label;
   byId("mic").hidden = !view.status.listening;
   // Hands-free and wake modes: the microphone is switched on and off here (or by the shortcut).
   const listen = byId("listen");
@@ -71,6 +86,8 @@ function render(): void {
   listen.textContent = view.status.listening ? "Mic off" : "Listen";
   listen.setAttribute("aria-pressed", String(view.status.listening));
   byId("orb-stop").hidden = !canStop(view);
+  byId("orb-retry").hidden = !canRetry(view);
+  byId("orb-play").hidden = !canPlay(view) || (view.status.answered_away !== null && !played);
   byId<HTMLSelectElement>("mode").value = pending ?? view.status.mode;
 
   const away = view.status.answered_away !== null && !played;
@@ -104,6 +121,14 @@ async function init(): Promise<void> {
   byId("open-chat").addEventListener("click", () => void api.showWindow("chat"));
   byId("orb-stop").addEventListener("click", () => {
     api.orbStop().catch((err) => (byId("orb-error").textContent = message(err)));
+  });
+  byId("orb-retry").addEventListener("click", () => {
+    byId("orb-error").textContent = "";
+    api.orbRetry().catch((err) => (byId("orb-error").textContent = message(err)));
+  });
+  byId("orb-play").addEventListener("click", () => {
+    if (view.reply === null) return;
+    api.orbPlay(view.reply).catch((err) => (byId("orb-error").textContent = message(err)));
   });
   byId("end").addEventListener("click", () => {
     api.orbEnd().catch((err) => (byId("orb-error").textContent = message(err)));

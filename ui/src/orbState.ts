@@ -1,7 +1,7 @@
 // The orb's view state from its voice attachment: status updates and the conversation's reply
 // events. Its phase is what the orb draws.
 
-import type { ListenMode, ReplyEvent, VoiceStatus } from "./types";
+import type { Levels, ListenMode, ReplyEvent, VoiceNotice, VoiceStatus } from "./types";
 
 export type Phase = "idle" | "listening" | "thinking" | "speaking" | "waiting";
 
@@ -27,6 +27,8 @@ export const idleStatus: VoiceStatus = {
   awake: false,
   stops: 0,
   listens: 0,
+  awaiting_answer: false,
+  speaking: false,
 };
 
 export function emptyOrb(): OrbView {
@@ -80,15 +82,48 @@ export function applyOrbEvent(view: OrbView, event: ReplyEvent): OrbView {
 /** What the orb draws: the open microphone first (it must always show), then the reply. */
 export function phase(view: OrbView): Phase {
   if (view.status.listening) return "listening";
+  // Its voice may go on for a minute after the text has ended.
+  if (view.status.speaking) return "speaking";
   if (view.state === "waiting") return "waiting";
   if (view.state === "started" || (view.state === "running" && view.text === "")) return "thinking";
   if (view.state === "running") return "speaking";
   return "idle";
 }
 
-/** Stop reply shows whenever a reply runs, waits or speaks, or questions wait. */
+/** Stop reply shows whenever a reply runs, waits or speaks (its voice still playing), or
+ * questions wait. */
 export function canStop(view: OrbView): boolean {
-  return view.state !== "ended" || view.status.queue.length > 0;
+  return view.state !== "ended" || view.status.queue.length > 0 || view.status.speaking;
+}
+
+/** Try again shows for a voice reply that failed or was interrupted, once nothing runs. */
+export function canRetry(view: OrbView): boolean {
+  return (
+    view.state === "ended" &&
+    (view.ended === "failed" || view.ended === "interrupted") &&
+    view.status.replying === null &&
+    view.status.chat !== null
+  );
+}
+
+/** Play reads the latest finished answer aloud again, when it has words and nothing is said. */
+export function canPlay(view: OrbView): boolean {
+  return (
+    view.state === "ended" &&
+    (view.ended === "done" || view.ended === "stopped") &&
+    view.reply !== null &&
+    view.text.trim() !== "" &&
+    !view.status.speaking &&
+    view.status.replying === null
+  );
+}
+
+/** What the orb says of a notice from the voice conversation. */
+export function noticeText(notice: VoiceNotice): string {
+  switch (notice.notice) {
+    case "queue_full":
+      return `Four questions are already waiting, so “${notice.text}” was not taken. Remove one or wait for the reply to end.`;
+  }
 }
 
 export const PHASE_LABEL: Record<Phase, string> = {
@@ -104,3 +139,11 @@ export const MODE_LABEL: Record<ListenMode, string> = {
   hands_free: "Hands-free",
   wake: "Wake word",
 };
+
+/** What the orb's ring follows: Jarvis's voice while it plays (lowered when ducked), else the
+ * open microphone, else nothing. */
+export function ring(levels: Levels): { source: "voice" | "mic" | "none"; level: number } {
+  if (levels.voice !== null) return { source: "voice", level: levels.voice };
+  if (levels.mic !== null) return { source: "mic", level: levels.mic };
+  return { source: "none", level: 0 };
+}

@@ -70,6 +70,7 @@ export async function openSettings(): Promise<void> {
   showBackend(current.backend);
   byId<HTMLInputElement>("set-shortcut").value = current.shortcut;
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
+  byId<HTMLInputElement>("set-wake-hidden").checked = current.wake_while_hidden;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
   byId<HTMLSelectElement>("set-mic").replaceChildren();
@@ -99,6 +100,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         api_key: key.trim() ? key : null,
         shortcut: byId<HTMLInputElement>("set-shortcut").value,
         save_conversations: byId<HTMLInputElement>("set-save").checked,
+        wake_while_hidden: byId<HTMLInputElement>("set-wake-hidden").checked,
         speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
         input_device: byId<HTMLSelectElement>("set-mic").value,

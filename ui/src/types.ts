@@ -39,6 +39,8 @@ export interface Activity {
   replying: number[];
   queued: number;
   conversation: boolean;
+  /** Jarvis's voice is playing. */
+  speaking: boolean;
   generation: number;
 }
 
@@ -58,11 +60,25 @@ export interface VoiceStatus {
   awake: boolean;
   stops: number;
   listens: number;
+  /** The last answer asked the user something: what comes next is their reply to it. */
+  awaiting_answer: boolean;
+  /** Jarvis's voice is playing (it may go on after the reply's text has ended). */
+  speaking: boolean;
 }
+
+/** How loud the microphone (while open) and Jarvis's voice (while it plays) are, 0–1. */
+export interface Levels {
+  mic: number | null;
+  voice: number | null;
+}
+
+/** Something the orb tells the user once. */
+export type VoiceNotice = { notice: "queue_full"; text: string };
 
 export type VoiceUpdate =
   | { kind: "status"; value: VoiceStatus }
-  | { kind: "event"; value: ReplyEvent };
+  | { kind: "event"; value: ReplyEvent }
+  | { kind: "notice"; value: VoiceNotice };
 
 export type VoiceTicket = { taken: "started"; reply: number } | { taken: "queued"; id: number };
 
@@ -87,6 +103,7 @@ export interface SettingsView {
   openai_key: string | null;
   shortcut: string;
   save_conversations: boolean;
+  wake_while_hidden: boolean;
   listen_mode: ListenMode;
   speech_model: SpeechModel;
   wake_threshold: number;
@@ -105,6 +122,7 @@ export interface SettingsForm {
   api_key: string | null;
   shortcut: string;
   save_conversations: boolean;
+  wake_while_hidden: boolean;
   speech_model: SpeechModel;
   wake_threshold: number;
   input_device: string;
