@@ -840,3 +840,38 @@ async fn stop_stays_within_reach_while_its_voice_plays_on_after_the_text_and_cut
         "{heard:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_in_wake_mode_hears_nothing_after_a_goodbye_until_the_wake_word() {
+    let _one = SERIAL.lock().await;
+    let dir = Dir::new();
+    let session = silence(500)
+        .then(&speech("Hey Jarvis."))
+        .then(&silence(800))
+        .then(&speech("What time is it?"))
+        .then(&silence(800))
+        .then(&speech("Thanks, that's all."))
+        .then(&silence(800))
+        .then(&speech("Goodbye."))
+        .then(&silence(800))
+        .then(&speech("What is the capital of France?"))
+        .then(&silence(800));
+    let wav = dir.path().join("wake.wav");
+    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args(["listen", "--wav", wav.to_str().unwrap(), "--mode", "wake"]);
+    let (code, out, err) = output(&mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    let verdicts: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["heard"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .filter(|v| v != "noise")
+        .collect();
+    assert_eq!(verdicts, ["wake", "question", "goodbye"], "{out}");
+}

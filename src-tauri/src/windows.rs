@@ -61,9 +61,10 @@ pub fn show(app: &AppHandle, label: &str) {
     }
 }
 
-/// The first time (no remembered place), the orb goes to the bottom right corner of its screen,
-/// above a panel there: out of the way of the chat window's header and its buttons, which sit at
-/// the top (a maximised chat window's Settings and Stop were covered in the top right corner). After that the window-state plugin puts it where it was left.
+/// The first time (no remembered place), the orb goes to the right edge of its screen, halfway
+/// down: clear of the chat window's header buttons at the top and of its composer and Send at the
+/// bottom, even when the chat window is maximised (in the top right corner it covered "What the
+/// model sees"; in the bottom right corner, Send — both seen in the e2e screenshots). After that the window-state plugin puts it where it was left.
 pub fn place_orb_first_time(app: &AppHandle) {
     let remembered = app
         .path()
@@ -97,10 +98,9 @@ pub fn place_orb_first_time(app: &AppHandle) {
         let scale = monitor.scale_factor();
         let area = monitor.size();
         let margin = (24.0 * scale) as i32;
-        let panel = (48.0 * scale) as i32;
         let x = monitor.position().x + area.width as i32 - (width * scale) as i32 - margin;
-        let y = (monitor.position().y + area.height as i32 - (height * scale) as i32 - panel)
-            .max(monitor.position().y + margin);
+        let y =
+            monitor.position().y + ((area.height as i32 - (height * scale) as i32) / 2).max(margin);
         let _ = orb.set_position(tauri::PhysicalPosition::new(x, y));
     }
 }

@@ -596,3 +596,170 @@ async fn starting_afresh_draws_a_line_and_the_model_no_longer_gets_what_is_above
     .await;
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_orb_follows_sound_keeps_stop_while_it_talks_plays_again_and_hiding_it_shuts_the_microphone(
+) {
+    let _one = one_app_at_a_time().await;
+    let pulse = jarvis::voice::pulse::Pulse::start().expect("a PulseAudio server");
+    let stub = Stub::start().await.unwrap();
+    // The text arrives in a tenth of a second; saying it takes several.
+    let answer = "Paris is the capital of France. It lies on the river Seine. About two million people live there.";
+    stub.push(Script::text(answer).deltas_of(24));
+    let data = Data::with_voice(&pulse);
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the Listen button (hands-free)", |app| async move {
+        app.visible("#listen").await.then_some(())
+    })
+    .await;
+    // Every look the ring takes: what it follows and how loud.
+    app.eval(
+        "window.__sounds = [];
+         const card = document.getElementById('orb-card');
+         new MutationObserver(() => {
+           const level = parseFloat(card.style.getPropertyValue('--level') || '0');
+           window.__sounds.push([card.dataset.sound, level]);
+         }).observe(card, { attributes: true, attributeFilter: ['style', 'data-sound'] });
+         return true;",
+    )
+    .await;
+    app.click("#listen").await;
+    app.wait_for("the microphone to open", |app| async move {
+        app.visible("#mic").await.then_some(())
+    })
+    .await;
+    let question = fixtures::speech("What is the capital of France?").unwrap();
+    pulse.say(&question.then(&fixtures::silence(800)).to_i16());
+    data.wait_for_reply_end().await;
+    // The text has ended; its voice has not: Stop and "Speaking" stay.
+    app.click("#listen").await; // (the microphone shut, so the phase is the voice's)
+    app.wait_for("speaking after the text ended", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
+    })
+    .await;
+    assert!(app.visible("#orb-stop").await, "Stop while it talks");
+    app.screenshots("orb-speaking-after-text").await;
+    app.wait_for("the voice to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
+    })
+    .await;
+    assert!(!app.visible("#orb-stop").await, "nothing left to stop");
+    let sounds: Vec<(String, f64)> =
+        serde_json::from_value(app.eval("return window.__sounds").await).unwrap();
+    assert!(
+        sounds.iter().any(|(s, l)| s == "mic" && *l > 0.2),
+        "the ring followed the microphone: {sounds:?}"
+    );
+    assert!(
+        sounds.iter().any(|(s, l)| s == "voice" && *l > 0.2),
+        "the ring followed its voice: {sounds:?}"
+    );
+    let records = data
+        .store()
+        .records(data.store().chats().unwrap()[0].id)
+        .unwrap()
+        .len();
+
+    // Play: the latest answer again, aloud, with nothing added to the history.
+    let speaker = pulse.record_speaker().unwrap();
+    app.click("#orb-play").await;
+    app.wait_for("speaking again", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
+    })
+    .await;
+    app.wait_for("the replay to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
+    })
+    .await;
+    let loud = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    assert!(loud >= 10, "the answer was played again: {loud}");
+    let store = data.store();
+    let chat = store.chats().unwrap()[0].id;
+    assert_eq!(store.records(chat).unwrap().len(), records, "no history");
+    assert_eq!(
+        store.last_reply(chat).unwrap().unwrap().heard,
+        None,
+        "heard whole"
+    );
+
+    // Read aloud in the chat window: the voice conversation's answer, from its chat.
+    app.action("show-chat").await;
+    app.chat_window().await;
+    app.click(".chat-item").await;
+    app.wait_for("the answer's Read aloud", |app| async move {
+        (app.count(".message.assistant .read-aloud").await == 1).then_some(())
+    })
+    .await;
+    let speaker = pulse.record_speaker().unwrap();
+    app.click(".message.assistant .read-aloud").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let loud = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    assert!(loud >= 10, "read aloud from the chat window: {loud}");
+    app.screenshots("read-aloud").await;
+
+    // Hiding the orb shuts its microphone; showing it again leaves it shut.
+    app.orb_window().await;
+    app.click("#listen").await;
+    app.wait_for("the microphone to open", |app| async move {
+        app.visible("#mic").await.then_some(())
+    })
+    .await;
+    app.click("#hide").await;
+    app.wait_for("the orb to hide", |_| async move {
+        (!window_mapped("Jarvis orb")).then_some(())
+    })
+    .await;
+    app.action("show-orb").await;
+    app.orb_window().await;
+    app.wait_for("the orb to attach again", |app| async move {
+        (app.text("#listen").await == "Listen").then_some(())
+    })
+    .await;
+    assert!(
+        !app.visible("#mic").await,
+        "shown again, the microphone is shut"
+    );
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_failed_orb_reply_offers_try_again_which_answers_it() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::status(400, None));
+    stub.push(Script::text("Now it works."));
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.type_into("#orb-question", "Are you there?\n").await;
+    app.wait_for("Try again", |app| async move {
+        app.visible("#orb-retry").await.then_some(())
+    })
+    .await;
+    assert!(app.text("#orb-error").await.starts_with("The reply failed"));
+    app.screenshots("orb-try-again").await;
+    app.click("#orb-retry").await;
+    app.wait_for("the answer", |app| async move {
+        (app.text("#answer").await.trim() == "Now it works.").then_some(())
+    })
+    .await;
+    assert!(!app.visible("#orb-retry").await);
+    assert_eq!(app.text("#orb-error").await, "", "the old failure is gone");
+    assert_eq!(
+        data.last_reply(),
+        (ReplyState::Done, "Now it works.".into())
+    );
+    let store = data.store();
+    let chat = store.chats().unwrap()[0].id;
+    let questions = store
+        .records(chat)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.role == jarvis::store::Role::User)
+        .count();
+    assert_eq!(questions, 1, "the same question, tried again");
+    app.quit().await;
+}

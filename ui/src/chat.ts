@@ -372,11 +372,7 @@ function messageEl(m: Message): HTMLElement {
   const el = h("article", { class: `message ${m.role}`, "data-key": m.key }, body);
   if (canReadAloud(m) && m.reply !== undefined && m.reply !== null) {
     const reply = m.reply;
-    const read = h(
-      "button",
-      { type: "button", class: "read-aloud icon", title: "Read aloud", "aria-label": "Read aloud" },
-      "🔊",
-    );
+    const read = h("button", { type: "button", class: "read-aloud", title: "Read this reply aloud" }, "Read aloud");
     read.addEventListener("click", () => {
       api.readAloud(reply).catch((err) => showNote(message(err)));
     });

@@ -22,6 +22,8 @@ import { applyTheme } from "./theme";
 import type { ListenMode, VoiceUpdate } from "./types";
 
 let view: OrbView = emptyOrb();
+/** The failure the error line shows, if it shows one (cleared once another reply starts). */
+let failureShown: string | null = null;
 /** Play answer was pressed since this window attached. */
 let played = false;
 let seq = 0;
@@ -100,8 +102,15 @@ function render(): void {
     if (!showReply(answer, view.text)) whenMarkdown(render);
     answer.scrollTop = answer.scrollHeight;
   }
-  if (view.ended === "failed" && view.reason) {
-    byId("orb-error").textContent = `The reply failed: ${view.reason}`;
+  // A failed reply's reason shows until another reply starts (Try again, a new question).
+  const failure = view.ended === "failed" && view.reason ? `The reply failed: ${view.reason}` : null;
+  const error = byId("orb-error");
+  if (failure !== null) {
+    error.textContent = failure;
+    failureShown = failure;
+  } else if (failureShown !== null && error.textContent === failureShown) {
+    error.textContent = "";
+    failureShown = null;
   }
   const items = view.status.queue.map((q) => {
     const remove = h("button", { class: "icon", type: "button", title: "Remove", "aria-label": `Remove “${q.text}”` }, "✕");
