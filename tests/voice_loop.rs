@@ -875,3 +875,38 @@ async fn listen_in_wake_mode_hears_nothing_after_a_goodbye_until_the_wake_word()
         .collect();
     assert_eq!(verdicts, ["wake", "question", "goodbye"], "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_mind_said_after_jarvis_asked_something_is_the_users_answer_not_a_stop() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    rig.stub
+        .push(streamed("I can set an alarm for seven. Shall I set it?"));
+    rig.stub.push(streamed("Alright, no alarm then."));
+    rig.ask("Wake me at seven.").await;
+    rig.until("the answer to end", |s| {
+        s.replying.is_none() && s.awaiting_answer
+    })
+    .await;
+    while rig.recorder.is_playing() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let said = rig.say(&speech("Never mind.")).await;
+    assert_eq!(said.heard, Heard::Stop, "{said:?}");
+    rig.until("the answer to the question", |s| s.replying.is_some())
+        .await;
+    rig.until("its reply to end", |s| s.replying.is_none())
+        .await;
+    let replies = rig.replies().await;
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[1].text, "Alright, no alarm then.");
+    let questions: Vec<String> = rig
+        .records()
+        .await
+        .into_iter()
+        .filter(|r| r.role == Role::User)
+        .map(|r| r.text.to_lowercase())
+        .collect();
+    assert!(questions[1].contains("never mind"), "{questions:?}");
+}
