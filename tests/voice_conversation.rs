@@ -340,8 +340,8 @@ async fn end_conversation_starts_afresh_and_an_unsaved_one_leaves_no_chat() {
         let second = orb.status_until(|s| s.chat.is_some()).await.chat.unwrap();
         let ended = orb.endings(1).await;
         assert_eq!(ended[0].1, "A new conversation.");
-        // (An unsaved conversation's chat id may be taken again: its chat is gone.)
-        let records = dir.store().records(second).unwrap();
+        // (An unsaved conversation lives in memory: its records are the service's to read.)
+        let records = service.records(second).await.unwrap();
         let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
         assert_eq!(texts, ["Anyone there?", "A new conversation."]);
         // The new conversation's request does not carry the old one.
@@ -679,5 +679,119 @@ async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead
         !orb.status_until(|s| s.replying.is_none())
             .await
             .awaiting_answer
+    );
+}
+
+/// Every byte of every file under `dir`.
+fn all_bytes_under(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.extend(bytes);
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_saving_off_no_word_of_the_voice_conversation_reaches_the_disk() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call(
+        "r1",
+        "remember_fact",
+        r#"{"fact": "The user's cat is called Tiger."}"#,
+    ));
+    stub.push(slow(
+        "Noted. The zebra sleeps standing up, said the giraffe.",
+    ));
+    stub.push(Script::text("The okapi, of course."));
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Openai, &stub);
+    s.voice.save_conversations = false;
+    let service = service(&dir, s);
+    let mut orb = Orb::attach(&service).await;
+    let reply = started(
+        service
+            .voice_ask_heard(
+                "My cat is Tiger. How does a zebra sleep?",
+                ListenMode::HandsFree,
+            )
+            .await
+            .unwrap(),
+    );
+    // Mid-reply (a crash now would leave whatever is on disk), and after it.
+    while !matches!(orb.next().await, VoiceUpdate::Event(Event::Delta { .. })) {}
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mid = all_bytes_under(dir.path());
+    orb.endings(1).await;
+    let chat = orb
+        .status_until(|s| s.replying.is_none())
+        .await
+        .chat
+        .unwrap();
+    started(service.voice_ask("And its cousin?").await.unwrap());
+    orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
+    let after = all_bytes_under(dir.path());
+    for word in ["zebra", "giraffe", "cousin", "okapi"] {
+        assert!(!contains(&mid, word), "{word:?} was on disk mid-reply");
+        assert!(
+            !contains(&after, word),
+            "{word:?} was on disk after the replies"
+        );
+    }
+    // The conversation works as any other: its records, its history in the next request.
+    let texts: Vec<String> = service
+        .records(chat)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("zebra sleeps")),
+        "{texts:?}"
+    );
+    let second = stub.received()[2].body.to_string();
+    assert!(
+        second.contains("zebra sleeps"),
+        "the history was sent: {second}"
+    );
+    assert_eq!(
+        service
+            .store_of_reply(reply)
+            .reply(reply)
+            .unwrap()
+            .unwrap()
+            .state,
+        ReplyState::Done
+    );
+    // What the user asked to remember is theirs, and is kept; the conversation is no chat.
+    let facts: Vec<String> = dir
+        .store()
+        .facts()
+        .unwrap()
+        .into_iter()
+        .map(|f| f.text)
+        .collect();
+    assert_eq!(facts, ["The user's cat is called Tiger."]);
+    assert!(service.chats().await.unwrap().is_empty());
+    // Ended, it is gone.
+    assert!(service.end_conversation().await.unwrap());
+    orb.status_until(|s| s.chat.is_none()).await;
+    assert!(
+        service.records(chat).await.is_err() || service.records(chat).await.unwrap().is_empty()
     );
 }

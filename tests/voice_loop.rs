@@ -910,3 +910,53 @@ async fn never_mind_said_after_jarvis_asked_something_is_the_users_answer_not_a_
         .collect();
     assert!(questions[1].contains("never mind"), "{questions:?}");
 }
+
+/// Counts the level updates a window would be sent over `span`, and the loudest of each kind.
+async fn level_updates(rig: &Rig, span: Duration) -> (usize, f32, f32) {
+    let mut levels = rig._voice.levels();
+    levels.borrow_and_update();
+    let (mut count, mut mic, mut voice) = (0, 0.0_f32, 0.0_f32);
+    let _ = tokio::time::timeout(span, async {
+        while levels.changed().await.is_ok() {
+            let now = *levels.borrow_and_update();
+            count += 1;
+            mic = mic.max(now.mic.unwrap_or(0.0));
+            voice = voice.max(now.voice.unwrap_or(0.0));
+        }
+    })
+    .await;
+    (count, mic, voice)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_level_meter_follows_the_microphone_and_the_voice_and_sends_nothing_while_all_is_still()
+{
+    let _one = SERIAL.lock().await;
+    let rig = rig(ListenMode::HandsFree, |_| {}).await;
+    // The microphone open on a quiet room: nothing to redraw.
+    rig.feed.say(&silence(2500));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (still, _, _) = level_updates(&rig, Duration::from_secs(2)).await;
+    assert!(still <= 1, "{still} updates while all was still");
+    // Speech into it: the meter moves, at most ~25 times a second.
+    rig.stub.push(Script::text(long_answer()));
+    rig.feed
+        .say(&speech("Tell me about Paris.").then(&silence(600)));
+    let (heard, mic, _) = level_updates(&rig, Duration::from_millis(1500)).await;
+    assert!(mic > 0.3, "the microphone's level rose: {mic}");
+    assert!(
+        (5..=45).contains(&heard),
+        "{heard} updates in 1.5 s of speech"
+    );
+    // Its own voice while it speaks.
+    rig.until("the reply", |s| s.replying.is_some()).await;
+    while !rig.recorder.is_playing() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (spoken, _, voice) = level_updates(&rig, Duration::from_secs(2)).await;
+    assert!(voice > 0.3, "its voice's level: {voice}");
+    assert!(
+        (5..=60).contains(&spoken),
+        "{spoken} updates in 2 s of its voice"
+    );
+}

@@ -258,6 +258,8 @@ impl Activity {
 pub struct Service {
     tx: mpsc::Sender<Command>,
     store: Store,
+    /// Where an unsaved voice conversation lives: in memory, never on disk.
+    memory: Store,
     activity: Arc<watch::Sender<Activity>>,
     voice: VoiceHandles,
 }
@@ -287,6 +289,15 @@ impl Service {
     pub fn start(store: Store, backend: Arc<dyn Backend>, options: ServiceOptions) -> Service {
         let (tx, rx) = mpsc::channel(64);
         let activity = Arc::new(watch::Sender::new(Activity::default()));
+        let memory = match Store::in_memory(&store) {
+            Ok(memory) => memory,
+            Err(err) => {
+                // (SQLite without memory to spare.) The conversation is then kept in the database
+                // until it ends, as before.
+                tracing::error!(%err, "no in-memory store: an unsaved voice conversation goes to disk");
+                store.clone()
+            }
+        };
         let voice = Voice::new(options.listen_mode);
         let handles = VoiceHandles {
             status: voice.status.subscribe(),
@@ -296,6 +307,7 @@ impl Service {
         let actor = Actor {
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
+            memory: memory.clone(),
             backend,
             voice,
             options,
@@ -307,6 +319,7 @@ impl Service {
         Service {
             tx,
             store,
+            memory,
             activity,
             voice: handles,
         }
@@ -396,13 +409,31 @@ impl Service {
 
     /// A chat's records in order.
     pub async fn records(&self, chat: ChatId) -> Result<Vec<Record>, ServiceError> {
-        let store = self.store.clone();
+        let store = self.store_of(chat).clone();
         Ok(blocking(move || store.records(chat)).await?)
     }
 
-    /// The store underneath.
+    /// The store underneath (the database).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The store a chat lives in: the database, or memory for an unsaved voice conversation.
+    pub fn store_of(&self, chat: ChatId) -> &Store {
+        if chat.in_memory() {
+            &self.memory
+        } else {
+            &self.store
+        }
+    }
+
+    /// The store a reply lives in (as [`Service::store_of`] its chat's).
+    pub fn store_of_reply(&self, reply: ReplyId) -> &Store {
+        if reply.in_memory() {
+            &self.memory
+        } else {
+            &self.store
+        }
     }
 
     fn chats_changed(&self) {
@@ -514,7 +545,7 @@ impl Service {
     /// Keeps how much of a spoken answer was played before it was cut (Stop, End, or its window
     /// going away), so the next request can say where it was cut.
     pub async fn voice_heard(&self, reply: ReplyId, prefix: String) -> Result<(), ServiceError> {
-        let store = self.store.clone();
+        let store = self.store_of_reply(reply).clone();
         blocking(move || store.set_heard(reply, &prefix)).await?;
         Ok(())
     }
@@ -622,6 +653,8 @@ impl ChatState {
 
 struct Actor {
     store: Store,
+    /// Unsaved voice conversations, in memory.
+    memory: Store,
     backend: Arc<dyn Backend>,
     permits: Arc<Semaphore>,
     options: ServiceOptions,
@@ -689,7 +722,7 @@ impl Actor {
                 let result = if self.replying(chat).is_some() {
                     Err(AskError::Busy(chat))
                 } else {
-                    let store = self.store.clone();
+                    let store = self.store_of(chat).clone();
                     match blocking(move || store.start_afresh(chat)).await {
                         Ok(Some(since)) => Ok(since),
                         Ok(None) => Err(AskError::Busy(chat)), // replying in another process
@@ -901,7 +934,7 @@ impl Actor {
         }
         let unwatched = !self.voice.watched();
         let (answered, asks) = {
-            let store = self.store.clone();
+            let store = self.store_of(chat).clone();
             blocking(move || Ok((store.reply(reply)?, store.confirmation(chat)?)))
                 .await
                 .map(|(stored, confirmation)| {
@@ -953,7 +986,13 @@ impl Actor {
         let chat = match self.voice.chat() {
             Some(chat) => chat,
             None => {
-                let store = self.store.clone();
+                // With saving off, nothing of the conversation is written to disk: it lives in
+                // memory, with the user's facts still the database's.
+                let store = if self.options.save_voice {
+                    self.store.clone()
+                } else {
+                    self.memory.clone()
+                };
                 let chat = blocking(move || store.create_chat(NEW_CHAT_TITLE)).await?;
                 self.voice.update(|s| s.chat = Some(chat.id));
                 chat.id
@@ -1040,7 +1079,9 @@ impl Actor {
 
     /// With saving off, an ended conversation's chat goes (once its reply has ended).
     async fn discard_unsaved(&mut self, chat: ChatId) {
-        if self.options.save_voice {
+        // A conversation kept in memory goes with its end; one in the database (saving was on
+        // when it began) stays unless saving is off now.
+        if self.options.save_voice && !chat.in_memory() {
             return;
         }
         if self.replying(chat).is_some() {
@@ -1069,10 +1110,19 @@ impl Actor {
         }
     }
 
+    /// The store a chat lives in: memory for an unsaved voice conversation, else the database.
+    fn store_of(&self, chat: ChatId) -> &Store {
+        if chat.in_memory() {
+            &self.memory
+        } else {
+            &self.store
+        }
+    }
+
     /// The chat's state, made on first use from the store's last reply.
     async fn chat_state(&mut self, chat: ChatId) -> Result<&mut ChatState, StoreError> {
         if !self.chats.contains_key(&chat) {
-            let store = self.store.clone();
+            let store = self.store_of(chat).clone();
             let last = blocking(move || {
                 store.chat(chat)?;
                 store.last_reply(chat)
@@ -1097,7 +1147,7 @@ impl Actor {
         if self.replying(chat).is_some() {
             return Err(AskError::Busy(chat));
         }
-        let store = self.store.clone();
+        let store = self.store_of(chat).clone();
         if !blocking(move || store.delete_chat(chat)).await? {
             return Err(AskError::Busy(chat)); // replying in another process
         }
@@ -1143,7 +1193,7 @@ impl Actor {
         } else {
             ReplyState::Waiting
         };
-        let store = self.store.clone();
+        let store = self.store_of(chat).clone();
         let started = blocking(move || -> Result<Start, StoreError> {
             if store.live_elsewhere(chat)? {
                 return Ok(Start::Busy);
@@ -1179,7 +1229,7 @@ impl Actor {
             chat,
             reply,
             question,
-            store: self.store.clone(),
+            store: self.store_of(chat).clone(),
             backend: self.backend.clone(),
             permits: self.permits.clone(),
             permit,

@@ -82,7 +82,8 @@ impl ReplyJob {
             tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
         }
         tracing::debug!(reply = %self.reply, state = %outcome.state, "reply ended");
-        if outcome.state == ReplyState::Done {
+        // A conversation kept only in memory leaves no summary behind.
+        if outcome.state == ReplyState::Done && !self.store.is_in_memory() {
             if let Some(recall) = self.options.recall.clone() {
                 // In the background, after the reply: it never holds one up.
                 let (backend, store, chat, permits) = (

@@ -312,6 +312,27 @@ pub struct Store {
     conn: Arc<Mutex<Connection>>,
     path: Arc<PathBuf>,
     busy: Duration,
+    /// A store in memory (the unsaved voice conversation) keeps only chats; the user's facts and
+    /// the summaries of their chats are read from and written to this one.
+    user: Option<Box<Store>>,
+}
+
+/// Ids of chats, records and replies kept in memory start here, so they never meet the ids of
+/// the database's (the service and the windows tell them apart by it).
+pub const IN_MEMORY_IDS: i64 = 1 << 50;
+
+impl ChatId {
+    /// Whether the chat is kept in memory only (an unsaved voice conversation).
+    pub fn in_memory(self) -> bool {
+        self.0 >= IN_MEMORY_IDS
+    }
+}
+
+impl ReplyId {
+    /// Whether the reply is kept in memory only.
+    pub fn in_memory(self) -> bool {
+        self.0 >= IN_MEMORY_IDS
+    }
 }
 
 /// A chat with its latest reply's state, as `chat_from_row` reads it.
@@ -367,10 +388,47 @@ impl Store {
             })?)),
             path: Arc::new(path.to_path_buf()),
             busy: busy_timeout,
+            user: None,
         };
         store.prepare()?;
         store.mark_interrupted()?;
         Ok(store)
+    }
+
+    /// A store that writes nothing to disk, for a conversation the user chose not to keep: its
+    /// chats, records and replies live in memory (ids from [`IN_MEMORY_IDS`]) and are gone with
+    /// it; facts and summaries are `user`'s, the database's.
+    pub fn in_memory(user: &Store) -> Result<Store, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        })?;
+        let store = Store {
+            conn: Arc::new(Mutex::new(conn)),
+            path: Arc::new(path),
+            busy: user.busy,
+            user: Some(Box::new(user.clone())),
+        };
+        store.prepare()?;
+        // A row of each below the first id: SQLite gives a new row the largest id plus one.
+        let base = IN_MEMORY_IDS - 1;
+        store
+            .lock()
+            .execute_batch(&format!(
+                "INSERT INTO chats (id, title, created_at, updated_at) VALUES ({base}, '', 0, 0);
+                 INSERT INTO records (id, chat_id, seq, role, text, created_at)
+                     VALUES ({base}, {base}, 0, 'user', '', 0);
+                 INSERT INTO replies (id, chat_id, question_id, state, started_at)
+                     VALUES ({base}, {base}, {base}, 'done', 0);"
+            ))
+            .map_err(|e| store.err(e))?;
+        Ok(store)
+    }
+
+    /// Whether this store keeps its chats in memory only.
+    pub fn is_in_memory(&self) -> bool {
+        self.user.is_some()
     }
 
     /// The database file.
@@ -752,6 +810,9 @@ impl Store {
 
     /// Remembers a fact; one already known (whatever its case) is returned as it is.
     pub fn add_fact(&self, text: &str) -> Result<Fact, StoreError> {
+        if let Some(user) = &self.user {
+            return user.add_fact(text);
+        }
         let text = text.trim();
         if text.is_empty() {
             return Err(StoreError::EmptyFact);
@@ -774,6 +835,9 @@ impl Store {
 
     /// Rewrites a fact.
     pub fn edit_fact(&self, id: i64, text: &str) -> Result<Fact, StoreError> {
+        if let Some(user) = &self.user {
+            return user.edit_fact(id, text);
+        }
         let text = text.trim();
         if text.is_empty() {
             return Err(StoreError::EmptyFact);
@@ -798,6 +862,9 @@ impl Store {
 
     /// Forgets a fact for good.
     pub fn remove_fact(&self, id: i64) -> Result<(), StoreError> {
+        if let Some(user) = &self.user {
+            return user.remove_fact(id);
+        }
         let n = self
             .lock()
             .execute("DELETE FROM facts WHERE id = ?1", [id])
@@ -815,6 +882,16 @@ impl Store {
         fact: i64,
         question: &str,
     ) -> Result<(), StoreError> {
+        if self.user.is_some() {
+            // The fact is the database's; a row of the same id here only keeps the reference
+            // sound (nothing reads facts from this store).
+            self.lock()
+                .execute(
+                    "INSERT OR IGNORE INTO facts (id, text, created_at, updated_at) VALUES (?1, '', 0, 0)",
+                    [fact],
+                )
+                .map_err(|e| self.err(e))?;
+        }
         self.lock()
             .execute(
                 "INSERT INTO confirmations (chat_id, fact_id, question, created_at) VALUES (?1, ?2, ?3, ?4)
@@ -872,6 +949,14 @@ impl Store {
             }
         }
         tx.commit().map_err(|e| self.err(e))?;
+        drop(conn);
+        if let (Some(user), Some(fact), true) = (&self.user, pending, confirmed) {
+            // The fact itself is the database's.
+            forgotten = user.facts()?.into_iter().find(|f| f.id == fact);
+            if forgotten.is_some() {
+                user.remove_fact(fact)?;
+            }
+        }
         Ok(forgotten)
     }
 
@@ -945,6 +1030,10 @@ impl Store {
         text: &str,
         vector: &[f32],
     ) -> Result<(), StoreError> {
+        if self.user.is_some() {
+            // A conversation not kept leaves no summary either.
+            return Ok(());
+        }
         let blob: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.lock()
             .execute(
@@ -958,11 +1047,17 @@ impl Store {
 
     /// Every chat's summary, with its title and vector.
     pub fn summaries(&self) -> Result<Vec<Summary>, StoreError> {
+        if let Some(user) = &self.user {
+            return user.summaries();
+        }
         self.summaries_where("", [])
     }
 
     /// Some chats' summaries.
     pub fn summaries_of(&self, chats: &[ChatId]) -> Result<Vec<Summary>, StoreError> {
+        if let Some(user) = &self.user {
+            return user.summaries_of(chats);
+        }
         let mut out = Vec::new();
         for chat in chats {
             out.extend(self.summaries_where("WHERE s.chat_id = ?1", [chat.0])?);
@@ -1004,6 +1099,9 @@ impl Store {
 
     /// All facts, oldest first.
     pub fn facts(&self) -> Result<Vec<Fact>, StoreError> {
+        if let Some(user) = &self.user {
+            return user.facts();
+        }
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached("SELECT id, text, created_at, updated_at FROM facts ORDER BY id")

@@ -64,9 +64,19 @@ pub struct Levels {
     pub voice: Option<f32>,
 }
 
-/// Levels in steps of 1/20, so a steady sound sends nothing new.
+/// Levels in steps of 1/20.
 fn step(level: f32) -> f32 {
     (level.clamp(0.0, 1.0) * 20.0).round() / 20.0
+}
+
+/// Whether a level moved enough to be drawn again: by two steps, or to silence, or it appeared
+/// or went — so a steady sound (a room's hiss, a held vowel) sends nothing new.
+fn moved(shown: Option<f32>, now: Option<f32>) -> bool {
+    match (shown, now) {
+        (Some(a), Some(b)) => (a - b).abs() >= 0.1 - 1e-4 || (b == 0.0 && a != 0.0),
+        (None, None) => false,
+        _ => true,
+    }
 }
 
 enum LoopCommand {
@@ -537,9 +547,11 @@ impl LoopState {
             mic: self.mic.as_ref().map(|_| step(self.shared.mic_level())),
             voice: self.speaker.level().map(step),
         };
-        self.levels.send_if_modified(|now| {
-            let changed = *now != levels;
-            *now = levels;
+        self.levels.send_if_modified(|shown| {
+            let changed = moved(shown.mic, levels.mic) || moved(shown.voice, levels.voice);
+            if changed {
+                *shown = levels;
+            }
             changed
         });
         let speaking = self.speaker.playing();
@@ -574,11 +586,25 @@ impl LoopState {
     }
 
     async fn replay(&mut self, reply: ReplyId) {
-        let store = self.service.store().clone();
+        let store = self.service.store_of_reply(reply).clone();
         let stored = tokio::task::spawn_blocking(move || store.reply(reply)).await;
         let Ok(Ok(Some(stored))) = stored else { return };
         if let Err(err) = self.speaker.replay(reply, &stored.text).await {
             tracing::warn!(%err, "the answer could not be played");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_level_is_drawn_again_only_when_it_moved_by_two_steps_or_fell_silent() {
+        use super::moved;
+        assert!(!moved(None, None));
+        assert!(moved(None, Some(0.0)) && moved(Some(0.0), None));
+        assert!(!moved(Some(0.3), Some(0.35)));
+        assert!(moved(Some(0.3), Some(0.4)));
+        assert!(moved(Some(0.05), Some(0.0)));
+        assert!(!moved(Some(0.0), Some(0.05)));
     }
 }
