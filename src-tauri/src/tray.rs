@@ -145,10 +145,26 @@ pub fn build(app: &AppHandle) -> tauri::Result<()> {
     // The microphone's state is always visible: whenever it is open (the orb shown, or the wake
     // word kept on while it is hidden) the tray icon carries a red mark and says so.
     let mut voice = app.state::<AppState>().service.voice_status();
+    let handle = app.clone();
     tauri::async_runtime::spawn(async move {
         let mut shown = None;
+        let mut awake = false;
         loop {
-            let listening = voice.borrow_and_update().listening;
+            let (listening, now_awake) = {
+                let status = voice.borrow_and_update();
+                (status.listening, status.awake)
+            };
+            if now_awake && !awake {
+                // "Hey Jarvis" heard with the orb hidden (the wake word kept on): the orb comes
+                // up, as for push to talk, so the conversation is seen and its answers heard.
+                let hidden = handle
+                    .get_webview_window(ORB)
+                    .is_some_and(|orb| !orb.is_visible().unwrap_or(true));
+                if hidden {
+                    windows::show(&handle, ORB);
+                }
+            }
+            awake = now_awake;
             if shown != Some(listening) {
                 shown = Some(listening);
                 if let Some((plain, marked)) = &icons {
