@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { applyEvent, composerBlock, emptyView, isReplying, messages, type ChatView } from "../src/chatState";
+import {
+  applyEvent,
+  canReadAloud,
+  composerBlock,
+  emptyView,
+  isReplying,
+  messages,
+  type ChatView,
+} from "../src/chatState";
 import type { ChatRecord, ReplyEvent } from "../src/types";
 
 const question: ChatRecord = { id: 10, chat: 1, seq: 1, role: "user", text: "Hi?", reply: null, created_at: 0 };
@@ -107,5 +115,25 @@ describe("the chat view", () => {
     ]);
     expect(view.live?.text).toBe("Partial");
     expect(view.live?.reason).toBe("the server closed the connection");
+  });
+});
+
+describe("Read aloud", () => {
+  it("is offered on a finished answer with words, not on a question or a reply being written", () => {
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const stored = messages({ ...emptyView(1), records: [question, answer] });
+    expect(stored.map(canReadAloud)).toEqual([false, true]);
+    const start = { ...emptyView(1), records: [question] };
+    let { view } = run(start, [
+      { type: "reply_started", chat: 1, reply: 6, question: 10 },
+      { type: "delta", reply: 6, text: "Half" },
+    ]);
+    expect(messages(view).map(canReadAloud)).toEqual([false, false]);
+    ({ view } = run(view, [{ type: "reply_ended", reply: 6, state: "done", reason: null }]));
+    const done = messages(view);
+    expect(done.map(canReadAloud)).toEqual([false, true]);
+    expect(done[1].reply).toBe(6);
+    const empty: ChatRecord = { ...answer, text: "  " };
+    expect(messages({ ...emptyView(1), records: [question, empty] }).map(canReadAloud)).toEqual([false, false]);
   });
 });
