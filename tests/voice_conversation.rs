@@ -28,6 +28,11 @@ fn started(ticket: VoiceTicket) -> jarvis::ReplyId {
     }
 }
 
+/// Puts a question as the voice loop does when it heard it in `mode`.
+async fn heard(service: &Service, text: &str, mode: ListenMode) -> VoiceTicket {
+    service.voice_ask_heard(text, mode).await.unwrap()
+}
+
 fn queued(ticket: VoiceTicket) -> u64 {
     match ticket {
         VoiceTicket::Queued { id } => id,
@@ -442,12 +447,7 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
     let service = service(&dir, s);
     let mut orb = Orb::attach(&service).await;
     service.set_listening(true).await.unwrap();
-    let first = started(
-        service
-            .voice_ask_heard("Tell me about Paris.", ListenMode::HandsFree)
-            .await
-            .unwrap(),
-    );
+    let first = started(heard(&service, "Tell me about Paris.", ListenMode::HandsFree).await);
     orb.endings(1).await;
     orb.status_until(|s| s.replying.is_none()).await;
     // The voice loop heard it cut after its first sentence.
@@ -455,12 +455,7 @@ async fn a_spoken_question_says_how_it_was_asked_and_where_the_previous_answer_w
         .voice_heard(first, "Paris is the capital of France.".into())
         .await
         .unwrap();
-    started(
-        service
-            .voice_ask_heard("And Rome?", ListenMode::HandsFree)
-            .await
-            .unwrap(),
-    );
+    started(heard(&service, "And Rome?", ListenMode::HandsFree).await);
     orb.endings(1).await;
     orb.status_until(|s| s.replying.is_none()).await;
     // Typed into the orb, with the microphone shut; the previous answer was heard whole.
@@ -507,10 +502,12 @@ async fn a_question_typed_into_the_orb_is_told_as_typed_even_while_the_microphon
     // Heard in push to talk, put once the key is up and the microphone shut.
     service.set_listening(false).await.unwrap();
     started(
-        service
-            .voice_ask_heard("Said while the key was held", ListenMode::PushToTalk)
-            .await
-            .unwrap(),
+        heard(
+            &service,
+            "Said while the key was held",
+            ListenMode::PushToTalk,
+        )
+        .await,
     );
     orb.endings(1).await;
     let lasts = last_messages(&stub);
@@ -605,18 +602,8 @@ async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_l
     service.set_listening(true).await.unwrap();
     service.set_awake(true).await.unwrap();
     orb.status_until(|s| s.awake).await;
-    let reply = started(
-        service
-            .voice_ask_heard("Tell me a story", ListenMode::Wake)
-            .await
-            .unwrap(),
-    );
-    queued(
-        service
-            .voice_ask_heard("And another one", ListenMode::Wake)
-            .await
-            .unwrap(),
-    );
+    let reply = started(heard(&service, "Tell me a story", ListenMode::Wake).await);
+    queued(heard(&service, "And another one", ListenMode::Wake).await);
     service.voice_goodbye().await.unwrap();
     // Closed at once (what follows needs the wake word), the reply still running.
     let status = orb.status_until(|s| !s.awake).await;
@@ -643,17 +630,14 @@ async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let mut orb = Orb::attach(&service).await;
-    started(
-        service
-            .voice_ask_heard("Wake me at seven", ListenMode::HandsFree)
-            .await
-            .unwrap(),
-    );
+    started(heard(&service, "Wake me at seven", ListenMode::HandsFree).await);
     queued(
-        service
-            .voice_ask_heard("What's the weather tomorrow?", ListenMode::HandsFree)
-            .await
-            .unwrap(),
+        heard(
+            &service,
+            "What's the weather tomorrow?",
+            ListenMode::HandsFree,
+        )
+        .await,
     );
     orb.endings(1).await;
     // The question waiting does not start: Jarvis waits for the answer to its own.
@@ -663,12 +647,7 @@ async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stub.received().len(), 1, "the waiting question waits");
     // The user's answer goes first; then the waiting question.
-    started(
-        service
-            .voice_ask_heard("No.", ListenMode::HandsFree)
-            .await
-            .unwrap(),
-    );
+    started(heard(&service, "No.", ListenMode::HandsFree).await);
     let ended = orb.endings(2).await;
     assert_eq!(ended[0].1, "Alright, no alarm.");
     assert_eq!(ended[1].1, "It will be sunny.");
@@ -723,13 +702,12 @@ async fn with_saving_off_no_word_of_the_voice_conversation_reaches_the_disk() {
     let service = service(&dir, s);
     let mut orb = Orb::attach(&service).await;
     let reply = started(
-        service
-            .voice_ask_heard(
-                "My cat is Tiger. How does a zebra sleep?",
-                ListenMode::HandsFree,
-            )
-            .await
-            .unwrap(),
+        heard(
+            &service,
+            "My cat is Tiger. How does a zebra sleep?",
+            ListenMode::HandsFree,
+        )
+        .await,
     );
     // Mid-reply (a crash now would leave whatever is on disk), and after it.
     while !matches!(orb.next().await, VoiceUpdate::Event(Event::Delta { .. })) {}

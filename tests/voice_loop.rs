@@ -647,6 +647,19 @@ async fn no_file_is_created_during_a_whole_voice_session() {
     );
 }
 
+/// `jarvis listen` over `session` (written to a WAV file in `dir`) in `mode`: the file and what
+/// it printed.
+async fn listen_to(dir: &Dir, session: &Clip, mode: &str) -> (std::path::PathBuf, String) {
+    let wav = dir.path().join(format!("{mode}.wav"));
+    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
+    let mut cmd = jarvis(dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args(["listen", "--wav", wav.to_str().unwrap(), "--mode", mode]);
+    let (code, out, err) = output(&mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    (wav, out)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_speak() {
     let _one = SERIAL.lock().await;
@@ -660,19 +673,7 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
         .then(&silence(800))
         .then(&speech("Stop."))
         .then(&silence(800));
-    let wav = dir.path().join("session.wav");
-    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
-    let mut cmd = jarvis(&dir);
-    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-    cmd.args([
-        "listen",
-        "--wav",
-        wav.to_str().unwrap(),
-        "--mode",
-        "hands_free",
-    ]);
-    let (code, out, err) = output(&mut cmd).await;
-    assert_eq!(code, 0, "{err}");
+    let (wav, out) = listen_to(&dir, &session, "hands_free").await;
     let lines: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -856,13 +857,7 @@ async fn listen_in_wake_mode_hears_nothing_after_a_goodbye_until_the_wake_word()
         .then(&silence(800))
         .then(&speech("What is the capital of France?"))
         .then(&silence(800));
-    let wav = dir.path().join("wake.wav");
-    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
-    let mut cmd = jarvis(&dir);
-    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-    cmd.args(["listen", "--wav", wav.to_str().unwrap(), "--mode", "wake"]);
-    let (code, out, err) = output(&mut cmd).await;
-    assert_eq!(code, 0, "{err}");
+    let (_, out) = listen_to(&dir, &session, "wake").await;
     let verdicts: Vec<String> = out
         .lines()
         .map(|l| {
@@ -959,4 +954,41 @@ async fn the_level_meter_follows_the_microphone_and_the_voice_and_sends_nothing_
         (5..=60).contains(&spoken),
         "{spoken} updates in 2 s of its voice"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    rig.stub.push(streamed("Paris is the capital of France."));
+    rig.ask("What is the capital of France?").await;
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    while rig.recorder.is_playing() || rig.recorder.arrivals().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A settings change starts a new loop (new devices) on the same conversation.
+    let (source, _feed) = FeedSource::new();
+    let recorder = Recorder::new(22_050);
+    let parts = VoiceParts {
+        source: Arc::new(source),
+        sink: Arc::new(recorder.clone()),
+        transcriber: whisper(),
+        synthesizer: Arc::new(Espeak::default()),
+        wake: None,
+    };
+    rig._voice = VoiceLoop::start(rig.service.clone(), parts, VoiceOptions::default());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        recorder.arrivals().is_empty(),
+        "the answer was said again: {:?}",
+        recorder.arrivals()
+    );
+    // A new answer is said by the new loop.
+    rig.stub.push(streamed("Rome is the capital of Italy."));
+    rig.service.voice_ask("And of Italy?").await.unwrap();
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!recorder.arrivals().is_empty(), "the new answer is spoken");
 }

@@ -763,3 +763,68 @@ async fn a_failed_orb_reply_offers_try_again_which_answers_it() {
     assert_eq!(questions, 1, "the same question, tried again");
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_speaking() {
+    let _one = one_app_at_a_time().await;
+    let pulse = jarvis::voice::pulse::Pulse::start().expect("a PulseAudio server");
+    let stub = Stub::start().await.unwrap();
+    let answer = "Paris is the capital of France. It lies on the river Seine. About two million \
+                  people live there. It is known for its museums and its old streets.";
+    stub.push(Script::text(answer).deltas_of(40));
+    let data = Data::with_voice(&pulse);
+    let app = App::start(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the voice loop", |app| async move {
+        app.visible("#listen").await.then_some(())
+    })
+    .await;
+    let speaker = pulse.record_speaker().unwrap();
+    app.type_into("#orb-question", "Tell me about Paris.\n")
+        .await;
+    app.wait_for("speaking", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
+    })
+    .await;
+    data.wait_for_reply_end().await;
+    // The text has ended; its voice goes on. A setting that needs a new voice loop is saved.
+    app.chat_window().await;
+    app.click("#open-settings").await;
+    app.wait_for("the settings", |app| async move {
+        app.visible("#set-wake").await.then_some(())
+    })
+    .await;
+    app.eval("document.getElementById('set-wake').value = '0.6'; return true;")
+        .await;
+    app.click("#settings-save").await;
+    app.orb_window().await;
+    app.wait_for("the voice to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    // The same answer once more, whole, to compare with.
+    let speaker = pulse.record_speaker().unwrap();
+    app.click("#orb-play").await;
+    app.wait_for("speaking again", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
+    })
+    .await;
+    app.wait_for("the replay to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let whole = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    eprintln!("loud tenths of a second: first telling {first}, replay {whole}");
+    assert!(whole >= 30, "the answer takes seconds to say: {whole}");
+    assert!(
+        first * 10 >= whole * 9,
+        "the first telling was not cut by the restart: {first} of {whole} loud tenths"
+    );
+    let saved = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(saved.contains("wake_threshold = 0.6"), "{saved}");
+    app.quit().await;
+}

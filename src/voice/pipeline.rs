@@ -137,6 +137,7 @@ impl VoiceLoop {
             stops: 0,
             in_speech: false,
             speaking: false,
+            said_before: None,
         };
         let task = tokio::spawn(state.run(events, command_rx));
         VoiceLoop {
@@ -267,6 +268,9 @@ struct LoopState {
     in_speech: bool,
     /// What the service was last told of the speaker playing.
     speaking: bool,
+    /// The conversation's reply that had ended before this loop attached to it: its replayed
+    /// events are not spoken.
+    said_before: Option<ReplyId>,
 }
 
 impl LoopState {
@@ -346,7 +350,21 @@ impl LoopState {
             // goodbye lets what is being said play out.)
             self.chat = match status.chat {
                 Some(chat) => match self.service.attach(chat).await {
-                    Ok(attachment) => Some((chat, attachment)),
+                    Ok(attachment) => {
+                        // Attaching replays the chat's last reply from its first event; one that
+                        // had ended before (a loop started anew by a settings change) was said
+                        // already and is not said again.
+                        let store = self.service.store_of(chat).clone();
+                        self.said_before =
+                            tokio::task::spawn_blocking(move || store.last_reply(chat))
+                                .await
+                                .ok()
+                                .and_then(Result::ok)
+                                .flatten()
+                                .filter(|r| !r.state.is_live())
+                                .map(|r| r.id);
+                        Some((chat, attachment))
+                    }
                     Err(err) => {
                         tracing::warn!(%err, "the voice loop could not follow its conversation");
                         None
@@ -433,7 +451,7 @@ impl LoopState {
         match event {
             ListenEvent::SpeechStarted => {
                 self.in_speech = true;
-                if self.speaker.playing() {
+                if self.speaker.busy() {
                     self.speaker.duck(true);
                 }
             }
@@ -502,10 +520,13 @@ impl LoopState {
     /// it is owed stay waiting).
     fn answers_rather_than_stops(&self) -> bool {
         let status = self.status.borrow();
-        status.awaiting_answer && status.replying.is_none() && !self.speaker.playing()
+        status.awaiting_answer && status.replying.is_none() && !self.speaker.busy()
     }
 
     async fn on_reply_event(&mut self, event: Event) {
+        if self.said_before.is_some() && self.said_before == Some(event.reply()) {
+            return;
+        }
         self.last_activity = Instant::now();
         let audible = self.service.voice_watched();
         let result = match &event {
@@ -522,7 +543,10 @@ impl LoopState {
                     }
                     Ok(())
                 }
-                _ => Ok(()),
+                _ => {
+                    self.speaker.text_ended(*reply);
+                    Ok(())
+                }
             },
             _ => Ok(()),
         };
@@ -554,7 +578,7 @@ impl LoopState {
             }
             changed
         });
-        let speaking = self.speaker.playing();
+        let speaking = self.speaker.busy();
         if speaking != self.speaking {
             self.speaking = speaking;
             if let Err(err) = self.service.set_speaking(speaking).await {
@@ -572,7 +596,7 @@ impl LoopState {
         }
         self.watched = watched;
         let status = self.status.borrow().clone();
-        let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.playing();
+        let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.busy();
         if self.shared.awake()
             && quiet
             && !self.in_speech

@@ -96,6 +96,24 @@ impl Speaker {
         self.sink.is_playing()
     }
 
+    /// Whether Jarvis is speaking: its voice plays, or an answer it has begun to say has more to
+    /// come (the sink may be idle for a moment between two sentences while the next is made).
+    pub fn busy(&self) -> bool {
+        self.sink.is_playing()
+            || self
+                .answer
+                .as_ref()
+                .is_some_and(|a| a.voiced && !a.cut && !a.complete)
+    }
+
+    /// The reply's text ended without being answered whole (failed, interrupted): nothing more
+    /// of it is coming.
+    pub fn text_ended(&mut self, reply: ReplyId) {
+        if let Some(answer) = self.answer.as_mut().filter(|a| a.reply == reply) {
+            answer.complete = true;
+        }
+    }
+
     /// A new reply begins.
     pub fn begin(&mut self, reply: ReplyId) {
         if self.answer.as_ref().is_some_and(|a| a.reply == reply) {
@@ -374,8 +392,10 @@ mod tests {
         let reply = ReplyId(7);
         speaker.begin(reply);
         speaker.text(reply, "One two. Three", true).await.unwrap();
-        // The first sentence has played; the next is still being written: the sink is idle.
+        // The first sentence has played; the next is still being written: the sink is idle,
+        // and Jarvis is still speaking.
         until_quiet(&recorder).await;
+        assert!(speaker.busy(), "between two sentences it still speaks");
         assert_eq!(speaker.cut(), Some((reply, "One two.".to_string())));
         assert_eq!(speaker.cut(), None, "recorded once");
     }
@@ -388,6 +408,7 @@ mod tests {
         speaker.text(reply, "One two. Three", true).await.unwrap();
         speaker.end(reply, true).await.unwrap();
         until_quiet(&recorder).await;
+        assert!(!speaker.busy(), "said to its end");
         assert_eq!(speaker.cut(), None, "heard whole");
         speaker.replay(reply, "One two. Three four.").await.unwrap();
         assert!(recorder.is_playing());
