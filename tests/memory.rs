@@ -224,7 +224,15 @@ async fn forget_with_several_matches_returns_the_list_and_with_none_says_nothing
 
 /// The service with recall on the installed sentence embedder (or the one in `models`).
 fn service_with_recall(dir: &Dir, stub: &Stub, models: &std::path::Path) -> Service {
-    let config = dir.config(settings(BackendKind::Anthropic, stub));
+    service_with_recall_on(dir, settings(BackendKind::Anthropic, stub), models)
+}
+
+fn service_with_recall_on(
+    dir: &Dir,
+    settings: jarvis::config::Settings,
+    models: &std::path::Path,
+) -> Service {
+    let config = dir.config(settings);
     let backend =
         jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")])).unwrap();
     let store = dir.store();
@@ -591,4 +599,61 @@ async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action
     ask(&service, Some(chat), "Is it big?").await;
     let last = last_user_text(&stub.received().last().unwrap().body);
     assert!(!last.contains("Actions still running"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_one_at_a_time_backend_a_follow_up_never_waits_for_the_summary() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.replies.max_concurrent = 1;
+    let service = service_with_recall_on(&dir, s, &model_dir());
+    stub.push(Script::text("Paris is the capital of France."));
+    // The summary of that answer would take seconds.
+    stub.push(
+        Script::text("The user asked about the capital of France; it is Paris.")
+            .deltas_of(1)
+            .paced(std::time::Duration::from_millis(100)),
+    );
+    stub.push(Script::text("About two million people."));
+    stub.push(Script::text(
+        "The user asked about Paris and how many people live there.",
+    ));
+    let (chat, _) = ask(&service, None, "What is the capital of France?").await;
+    tokio::time::timeout(LIMIT, async {
+        while stub.received().len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the summary was asked for");
+    let asked = std::time::Instant::now();
+    let (_, events) = ask(&service, Some(chat), "How many people live there?").await;
+    let took = asked.elapsed();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Waiting { .. })),
+        "no 'waiting for another chat' for a summary: {events:?}"
+    );
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "the follow-up did not wait for the 5 s summary: {took:?}"
+    );
+    // The summary gave way and is written afterwards, of the whole chat.
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let written = dir
+                .store()
+                .summaries()
+                .unwrap()
+                .into_iter()
+                .any(|s| s.chat == chat);
+            if written {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the summary was written after all");
 }

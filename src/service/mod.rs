@@ -4,6 +4,7 @@
 
 mod actions;
 mod events;
+mod housekeeping;
 mod reply;
 mod voice;
 
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use actions::{ActionGuard, Actions};
 pub use events::{Attachment, Event, WAITING_MESSAGE};
+pub use housekeeping::Housekeeping;
 pub use voice::{
     ListenMode, VoiceAttachment, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate,
     WaitingQuestion, QUEUE_LIMIT,
@@ -101,6 +103,8 @@ pub struct ServiceOptions {
     /// What runs for each chat besides its reply's words (shared by every reply; the state
     /// block counts them).
     pub actions: Actions,
+    /// The summaries' way to the backend, which gives way to replies.
+    pub housekeeping: Housekeeping,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -130,6 +134,7 @@ impl ServiceOptions {
             recall: None,
             context_tokens: settings.replies.context_tokens,
             actions: Actions::default(),
+            housekeeping: Housekeeping::new(),
         }
     }
 
@@ -864,8 +869,10 @@ impl Actor {
                 // carry them.
                 let recall = self.options.recall.take();
                 let actions = self.options.actions.clone();
+                let housekeeping = self.options.housekeeping.clone();
                 self.options = *options;
                 self.options.actions = actions;
+                self.options.housekeeping = housekeeping;
                 if self.options.recall.is_none() {
                     self.options.recall = recall;
                 }
@@ -1188,6 +1195,8 @@ impl Actor {
             return Err(AskError::Busy(chat));
         }
         let permit = self.permits.clone().try_acquire_owned().ok();
+        // A summary holding the backend gives way to a reply at once.
+        let housekeeping_gives_way = permit.is_none() && self.options.housekeeping.make_way();
         let initial = if permit.is_some() {
             ReplyState::Running
         } else {
@@ -1238,6 +1247,7 @@ impl Actor {
             options: self.options.clone(),
             done,
             mode,
+            housekeeping_gives_way,
         };
         let state = self.chat_state(chat).await?;
         state.hub.send_replace(Some(log.clone()));

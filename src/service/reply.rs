@@ -28,7 +28,12 @@ pub(crate) struct ReplyJob {
     pub done: mpsc::Sender<Command>,
     /// How the question was asked.
     pub mode: crate::prompt::Mode,
+    /// No permit was free because a summary held it, and it is giving way.
+    pub housekeeping_gives_way: bool,
 }
+
+/// How long a reply waits, without a word, for a summary to give the backend back.
+const GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How a reply ended.
 struct Outcome {
@@ -94,14 +99,30 @@ impl ReplyJob {
                 );
                 // Counted from now: a follow-up asked meanwhile is told it still runs.
                 let action = self.options.actions.start(chat);
+                let gate = self.options.housekeeping.clone();
+                let one_at_a_time = backend.max_concurrent() <= 1;
                 tokio::spawn(async move {
                     let _action = action;
-                    let Ok(_permit) = permits.acquire_owned().await else {
-                        return;
-                    };
-                    if let Err(err) = memory::summary::summarise(backend, store, recall, chat).await
-                    {
-                        tracing::warn!(%chat, "the chat's summary was not written: {err}");
+                    let written = gate
+                        .run(&permits, one_at_a_time, || {
+                            memory::summary::summarise(
+                                backend.clone(),
+                                store.clone(),
+                                recall.clone(),
+                                chat,
+                            )
+                        })
+                        .await;
+                    match written {
+                        Ok(Ok(())) => {}
+                        Ok(Err(err)) => {
+                            tracing::warn!(%chat, "the chat's summary was not written: {err}")
+                        }
+                        Err(why) => tracing::info!(
+                            %chat,
+                            ?why,
+                            "the chat's summary is left for its next answer: the backend stayed busy"
+                        ),
                     }
                 });
             }
@@ -123,25 +144,28 @@ impl ReplyJob {
 
     /// Waits, in arrival order, for the backend; `None` when stopped meanwhile.
     async fn wait_for_backend(&self) -> Option<OwnedSemaphorePermit> {
+        let acquire = self.permits.clone().acquire_owned();
+        tokio::pin!(acquire);
+        if self.housekeeping_gives_way {
+            // A summary holds the backend and is giving way: the permit comes back in moments,
+            // and nothing is said about another chat's reply, since there is none.
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return None,
+                permit = &mut acquire => return self.running(permit.ok()?).await,
+                _ = tokio::time::sleep(GIVE_WAY) => {}
+            }
+        }
         self.log.push(Event::Waiting {
             reply: self.reply,
             message: WAITING_MESSAGE.into(),
         });
-        let acquire = self.permits.clone().acquire_owned();
-        tokio::pin!(acquire);
         let mut heartbeat = tokio::time::interval(LEASE / 3);
         loop {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return None,
-                permit = &mut acquire => {
-                    let permit = permit.ok()?;
-                    let (store, reply) = (self.store.clone(), self.reply);
-                    if let Err(err) = blocking(move || store.set_live_state(reply, ReplyState::Running)).await {
-                        tracing::warn!(%err, "could not store that a reply runs");
-                    }
-                    return Some(permit);
-                }
+                permit = &mut acquire => return self.running(permit.ok()?).await,
                 _ = heartbeat.tick() => {
                     let (store, reply) = (self.store.clone(), self.reply);
                     if let Err(err) = blocking(move || store.renew_lease(reply)).await {
@@ -150,6 +174,15 @@ impl ReplyJob {
                 }
             }
         }
+    }
+
+    /// The backend is this reply's now: the store says it runs.
+    async fn running(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        let (store, reply) = (self.store.clone(), self.reply);
+        if let Err(err) = blocking(move || store.set_live_state(reply, ReplyState::Running)).await {
+            tracing::warn!(%err, "could not store that a reply runs");
+        }
+        Some(permit)
     }
 
     async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {

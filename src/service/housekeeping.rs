@@ -1,0 +1,169 @@
+//! Housekeeping — the summary written after an answer — never delays a reply. On a backend that
+//! writes one reply at a time it takes the backend only while it is free, and gives way at once
+//! when a reply wants it: the summary is cancelled and tried again later (nothing is lost; the
+//! chat's records are all in the store). On a concurrent backend it has its own budget of one
+//! call at a time and never touches the replies' permits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// How long a summary that gave way waits before it tries again.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+/// How often a summary gives way before it is left for the next answer's.
+const TRIES: usize = 20;
+
+/// Shared by the service and every reply.
+#[derive(Clone, Debug)]
+pub struct Housekeeping {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Summaries holding a reply permit now.
+    holding: AtomicUsize,
+    /// Cancelled when a reply wants the backend: every summary holding a permit gives way.
+    give_way: Mutex<CancellationToken>,
+    /// The budget of a concurrent backend's summaries.
+    own: Semaphore,
+}
+
+/// Why a housekeeping call did not run to its end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GaveUp {
+    /// The service is gone.
+    Closed,
+    /// It gave way to replies every time it tried.
+    Busy,
+}
+
+impl Default for Housekeeping {
+    fn default() -> Self {
+        Housekeeping::new()
+    }
+}
+
+impl Housekeeping {
+    /// A new gate (a concurrent backend's summaries run one at a time).
+    pub fn new() -> Housekeeping {
+        Housekeeping {
+            inner: Arc::new(Inner {
+                holding: AtomicUsize::new(0),
+                give_way: Mutex::new(CancellationToken::new()),
+                own: Semaphore::new(1),
+            }),
+        }
+    }
+
+    /// A reply wants the backend and found no permit free: summaries holding one give way.
+    /// Returns whether any did (the permit comes back within moments).
+    pub fn make_way(&self) -> bool {
+        if self.inner.holding.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let mut token = self
+            .inner
+            .give_way
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        token.cancel();
+        *token = CancellationToken::new();
+        true
+    }
+
+    /// Runs `call` when the backend can spare it. With `replies` one permit (a one-at-a-time
+    /// backend), it runs only while the permit is free and is cancelled when a reply wants it,
+    /// then tried again; otherwise it runs under its own budget.
+    pub async fn run<F, Fut, T>(
+        &self,
+        replies: &Arc<Semaphore>,
+        one_at_a_time: bool,
+        mut call: F,
+    ) -> Result<T, GaveUp>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        if !one_at_a_time {
+            let _budget = self.inner.own.acquire().await.map_err(|_| GaveUp::Closed)?;
+            return Ok(call().await);
+        }
+        for _ in 0..TRIES {
+            let permit: OwnedSemaphorePermit = replies
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| GaveUp::Closed)?;
+            let give_way = self
+                .inner
+                .give_way
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            self.inner.holding.fetch_add(1, Ordering::SeqCst);
+            let outcome = tokio::select! {
+                biased;
+                _ = give_way.cancelled() => None,
+                done = call() => Some(done),
+            };
+            self.inner.holding.fetch_sub(1, Ordering::SeqCst);
+            drop(permit);
+            match outcome {
+                Some(done) => return Ok(done),
+                None => {
+                    tracing::debug!("a summary gave way to a reply");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+            }
+        }
+        Err(GaveUp::Busy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_summary_gives_way_to_a_reply_and_runs_again_once_the_backend_is_free() {
+        let gate = Housekeeping::new();
+        let permits = Arc::new(Semaphore::new(1));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let (gate, permits, runs) = (gate.clone(), permits.clone(), runs.clone());
+            tokio::spawn(async move {
+                gate.run(&permits, true, || {
+                    let runs = runs.clone();
+                    async move {
+                        let n = runs.fetch_add(1, Ordering::SeqCst);
+                        if n == 0 {
+                            // The first try is slow: it is the one a reply interrupts.
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                        }
+                        n
+                    }
+                })
+                .await
+            })
+        };
+        while gate.inner.holding.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            permits.clone().try_acquire_owned().is_err(),
+            "the summary holds it"
+        );
+        assert!(gate.make_way());
+        let reply = tokio::time::timeout(Duration::from_secs(1), permits.clone().acquire_owned())
+            .await
+            .expect("the reply gets the backend at once")
+            .unwrap();
+        drop(reply);
+        assert_eq!(task.await.unwrap(), Ok(1), "tried again, and done");
+        assert!(!gate.make_way(), "nothing holds the backend now");
+    }
+}
