@@ -126,61 +126,102 @@ async fn a_fact_remembered_in_one_chat_is_in_the_next_chats_profile_openai() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn forget_asks_first_and_the_fact_is_gone_only_after_yes() {
+async fn forget_asks_first_and_only_the_models_confirmation_after_a_real_yes_deletes() {
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let store = dir.store();
-    store.add_fact("My dog is called Bruno.").unwrap();
+    let bruno = store.add_fact("My dog is called Bruno.").unwrap();
     store.add_fact("I live in Lyon.").unwrap();
     let service = service(&dir, settings(BackendKind::Anthropic, &stub));
-    let forget = || {
-        Script::text("").tool_call(
+    let ask_to_forget = |chat: Option<jarvis::ChatId>| {
+        stub.push(Script::text("").tool_call(
             "call_f",
             "forget_fact",
             r#"{"query": "dog is called Bruno"}"#,
-        )
+        ));
+        stub.push(Script::text(
+            "Shall I forget that your dog is called Bruno?",
+        ));
+        let service = &service;
+        async move {
+            ask(service, chat, "Forget that my dog is called Bruno.")
+                .await
+                .0
+        }
     };
-    stub.push(forget());
-    stub.push(Script::text(
-        "Shall I forget that your dog is called Bruno?",
-    ));
-    stub.push(Script::text("All right, I'll keep it."));
-    let (chat, _) = ask(&service, None, "Forget that my dog is called Bruno.").await;
+    let facts = || -> Vec<String> { store.facts().unwrap().into_iter().map(|f| f.text).collect() };
+    let chat = ask_to_forget(None).await;
     let results = tool_results(&stub.received()[1].body);
-    assert!(results[0].contains("NOT forgotten yet"), "{results:?}");
-    assert_eq!(
-        store.facts().unwrap().len(),
-        2,
-        "nothing deleted before the user answers"
+    assert!(
+        results[0].contains("NOT forgotten yet")
+            && results[0].contains(&format!("{{\"id\": {}, \"confirm\": true}}", bruno.id)),
+        "{results:?}"
     );
+    assert_eq!(facts().len(), 2, "nothing deleted before the user answers");
     assert!(store.confirmation(chat).unwrap().is_some());
-    // "No": the question was live when they answered; the fact stays.
-    ask(&service, Some(chat), "No, keep it.").await;
+
+    // An answer that is not one: a keyword list took "Okay…" for yes. The model does not
+    // confirm; the fact stays and the ask lapses with the reply.
+    stub.push(Script::text("Tomorrow will be sunny."));
+    ask(&service, Some(chat), "Okay, what's the weather tomorrow?").await;
     let last = last_user_text(&stub.received()[2].body);
     assert!(
-        last.contains("Waiting for the user to confirm: Forget \"My dog is called Bruno.\"?"),
+        last.contains(&format!(
+            "Waiting for the user to confirm: Forget \"My dog is called Bruno.\" (fact {})?",
+            bruno.id
+        )),
         "{last}"
     );
-    assert_eq!(store.facts().unwrap().len(), 2);
-    assert!(
-        store.confirmation(chat).unwrap().is_none(),
-        "answered: no longer pending"
-    );
+    assert_eq!(facts().len(), 2);
+    assert!(store.confirmation(chat).unwrap().is_none(), "lapsed");
 
-    // Asked again, and this time "yes".
-    stub.push(forget());
-    stub.push(Script::text(
-        "Shall I forget that your dog is called Bruno?",
+    // "No, keep it.": the model does not call; kept.
+    ask_to_forget(Some(chat)).await;
+    stub.push(Script::text("All right, I'll keep it."));
+    ask(&service, Some(chat), "No, keep it.").await;
+    assert_eq!(facts().len(), 2);
+
+    // A failed request resolves nothing: the question still waits.
+    ask_to_forget(Some(chat)).await;
+    stub.push(Script::status(400, None));
+    ask(&service, Some(chat), "Yes, forget it.").await;
+    assert_eq!(facts().len(), 2);
+    assert!(store.confirmation(chat).unwrap().is_some(), "still asked");
+
+    // Tried again, the model confirms after the real yes: gone.
+    stub.push(Script::text("").tool_call(
+        "call_y",
+        "forget_fact",
+        &format!(r#"{{"id": {}, "confirm": true}}"#, bruno.id),
     ));
     stub.push(Script::text("Forgotten."));
-    ask(&service, Some(chat), "Please forget my dog's name.").await;
-    ask(&service, Some(chat), "Yes.").await;
-    let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
-    assert_eq!(facts, ["I live in Lyon."]);
-    let system = system_of(&stub.received().last().unwrap().body);
+    service.retry(chat).await.unwrap();
+    let mut attachment = service.attach(chat).await.unwrap();
+    loop {
+        match attachment.next().await.unwrap() {
+            Event::ReplyEnded { .. } => break,
+            _ => continue,
+        }
+    }
+    let confirmed = tool_results(&stub.received().last().unwrap().body);
+    assert_eq!(confirmed, ["Forgotten: \"My dog is called Bruno.\"."]);
+    assert_eq!(facts(), ["I live in Lyon."]);
+    assert!(store.confirmation(chat).unwrap().is_none());
+
+    // A confirmation the user was never asked for deletes nothing.
+    let lyon = store.facts().unwrap()[0].id;
+    stub.push(Script::text("").tool_call(
+        "call_z",
+        "forget_fact",
+        &format!(r#"{{"id": {lyon}, "confirm": true}}"#),
+    ));
+    stub.push(Script::text("I have not forgotten anything."));
+    ask(&service, Some(chat), "What do you know about me?").await;
+    assert_eq!(facts(), ["I live in Lyon."]);
+    let refused = tool_results(&stub.received().last().unwrap().body);
     assert!(
-        !system.contains("Bruno"),
-        "the answer to yes no longer sees the fact: {system}"
+        refused[0].starts_with("Nothing was forgotten"),
+        "{refused:?}"
     );
 }
 
@@ -353,6 +394,13 @@ async fn remember_recall_and_forget_across_three_chats() {
         "not before the user confirms"
     );
     summary_of(&dir, c).await;
+    // The model confirms after the user's yes.
+    let bruno = dir.store().facts().unwrap()[0].id;
+    stub.push(Script::text("").tool_call(
+        "f2",
+        "forget_fact",
+        &format!(r#"{{"id": {bruno}, "confirm": true}}"#),
+    ));
     stub.push(Script::text("Done, I have forgotten it."));
     ask(&service, Some(c), "Yes.").await;
     assert!(dir.store().facts().unwrap().is_empty(), "gone after yes");

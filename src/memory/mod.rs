@@ -1,6 +1,7 @@
 //! What Jarvis remembers: the facts the user asks it to keep, through two tools the model calls —
 //! `remember_fact` stores at once (a stored fact is harmless and easy to remove), `forget_fact`
-//! finds the fact and asks the user to confirm before anything is deleted.
+//! finds the fact and asks the user to confirm; only the model's second call, with the fact's id
+//! and `confirm: true` after the user said yes, deletes it. Nothing is judged by keywords.
 
 pub mod embed;
 pub mod recall;
@@ -13,7 +14,7 @@ use crate::store::{ChatId, Fact, Store, StoreError};
 
 /// The tool that stores a fact.
 pub const REMEMBER: &str = "remember_fact";
-/// The tool that forgets one (after the user confirms).
+/// The tool that forgets one (called again with `confirm` once the user said yes).
 pub const FORGET: &str = "forget_fact";
 
 /// The tools every backend is offered.
@@ -34,13 +35,19 @@ pub fn tools() -> Vec<ToolSpec> {
         ToolSpec {
             name: FORGET.into(),
             description: "Forget a stored fact about the user. Use only when the user explicitly asks you to \
-                          forget something. Give words from the fact; if one fact matches, the app asks the user \
-                          to confirm (ask them in your answer); if several match, you get the list to ask which."
+                          forget something. First call it with words from the fact (query): if one fact matches \
+                          you get its id, and you must ask the user to confirm in your answer. Only when they \
+                          then clearly say yes, call it again with {\"id\": that id, \"confirm\": true}; if they \
+                          say no or talk about something else, do not call it, and the fact is kept. If several \
+                          facts match, you get the list to ask which."
                 .into(),
             input_schema: json!({
                 "type": "object",
-                "properties": {"query": {"type": "string", "description": "Words of the fact to forget."}},
-                "required": ["query"],
+                "properties": {
+                    "query": {"type": "string", "description": "Words of the fact to forget (the first call)."},
+                    "id": {"type": "integer", "description": "The fact's id (the call after the user said yes)."},
+                    "confirm": {"type": "boolean", "description": "true: the user said yes to forgetting this fact."},
+                },
             }),
         },
     ]
@@ -132,6 +139,22 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
                 .add_fact(fact)
                 .map(|f| format!("Stored: \"{}\"", f.text))
         }
+        FORGET if call.arguments.get("confirm").and_then(Value::as_bool) == Some(true) => {
+            let id = call.arguments.get("id").and_then(Value::as_i64);
+            store.confirmation(chat).and_then(|pending| match (pending, id) {
+                (Some((asked, _)), Some(id)) if asked == id => {
+                    store.resolve_confirmation(chat, true).map(|gone| match gone {
+                        Some(fact) => format!("Forgotten: \"{}\".", fact.text),
+                        None => "That fact was already gone; nothing else was forgotten.".into(),
+                    })
+                }
+                _ => Ok(format!(
+                    "Nothing was forgotten: the user has not been asked to confirm forgetting fact {}. \
+                     Call forget_fact with words of the fact first, and ask them.",
+                    id.map_or_else(|| "(no id given)".to_string(), |id| id.to_string())
+                )),
+            })
+        }
         FORGET => {
             let query = arg("query");
             store.facts().and_then(|facts| {
@@ -139,12 +162,14 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
                 match found.as_slice() {
                     [] => Ok(format!("No stored fact matches \"{query}\"; nothing was forgotten.")),
                     [one] => {
-                        let question = format!("Forget \"{}\"?", one.text);
+                        let question = format!("Forget \"{}\" (fact {})?", one.text, one.id);
                         store.set_confirmation(chat, one.id, &question).map(|()| {
                             format!(
-                                "One fact matches: \"{}\". It is NOT forgotten yet: ask the user to confirm; \
-                                 their next message decides.",
-                                one.text
+                                "One fact matches (id {id}): \"{text}\". It is NOT forgotten yet: ask the user to \
+                                 confirm in your answer. Only if they say yes, call forget_fact with \
+                                 {{\"id\": {id}, \"confirm\": true}}; otherwise do not call it, and it is kept.",
+                                id = one.id,
+                                text = one.text
                             )
                         })
                     }
@@ -164,39 +189,6 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
         Ok(text) => result(text, false),
         Err(err) => result(format!("the tool failed: {err}"), true),
     }
-}
-
-/// Whether the user's answer to a confirmation question says yes.
-pub fn says_yes(answer: &str) -> bool {
-    let text = normalise(answer);
-    let words: Vec<&str> = text.split(' ').collect();
-    let no = [
-        "no", "nope", "don", "dont", "not", "keep", "cancel", "wait", "never",
-    ];
-    if words.iter().any(|w| no.contains(w)) {
-        return false;
-    }
-    let yes = [
-        "yes",
-        "yeah",
-        "yep",
-        "yup",
-        "sure",
-        "ok",
-        "okay",
-        "confirm",
-        "confirmed",
-        "correct",
-        "right",
-        "please",
-        "absolutely",
-        "definitely",
-        "forget",
-        "delete",
-        "go",
-        "do",
-    ];
-    words.first().is_some_and(|w| yes.contains(w))
 }
 
 #[cfg(test)]
@@ -225,29 +217,5 @@ mod tests {
         assert_eq!(ids("dog Bruno"), [1], "words out of order");
         assert_eq!(ids("called"), [1, 3], "several");
         assert_eq!(ids("my parrot"), Vec::<i64>::new());
-    }
-
-    #[test]
-    fn yes_and_no() {
-        for yes in [
-            "Yes",
-            "yes please",
-            "Yeah, go ahead.",
-            "Sure!",
-            "OK",
-            "Do it.",
-        ] {
-            assert!(says_yes(yes), "{yes}");
-        }
-        for no in [
-            "No",
-            "No, keep it.",
-            "Don't.",
-            "Wait",
-            "What do you mean?",
-            "yes, but don't forget it",
-        ] {
-            assert!(!says_yes(no), "{no}");
-        }
     }
 }

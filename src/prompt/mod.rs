@@ -227,7 +227,8 @@ impl State {
         }
         if let Some(question) = &self.pending_confirmation {
             lines.push(format!(
-                "Waiting for the user to confirm: {question} (their answer to this is yes or no)"
+                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
+                 forget_fact with that id and confirm: true; otherwise the fact is kept)"
             ));
         }
         if self.running_actions > 0 {
@@ -391,9 +392,6 @@ pub struct Assembly<'a> {
     pub model: &'a str,
     /// The most tokens to write.
     pub max_tokens: u32,
-    /// Whether the question answers a pending confirmation for real (a reply) or is only shown
-    /// (`jarvis request`: nothing changes).
-    pub resolve: bool,
     /// Actions still running for the chat (a tool call, the summary of the last answer).
     pub running_actions: usize,
 }
@@ -418,8 +416,8 @@ pub fn with_summary(mut request: Request, summary: &str) -> Request {
 
 /// The whole request for a question, as the reply sends it and `jarvis request` shows it
 /// (blocking: it reads the store and may embed the question). A pending confirmation is shown in
-/// the state block and, with `resolve`, settled by the question ("yes" forgets the fact before the
-/// profile is read). Recall that fails leaves its section out.
+/// the state block; building a request never settles it (the model does, by calling
+/// `forget_fact` with `confirm`). Recall that fails leaves its section out.
 pub fn assemble(
     store: &crate::store::Store,
     a: Assembly<'_>,
@@ -433,9 +431,6 @@ pub fn assemble(
         .last()
         .map(|r| r.text.as_str())
         .unwrap_or_default();
-    if let (Some(chat), Some(_), true) = (a.chat, &pending, a.resolve) {
-        store.resolve_confirmation(chat, crate::memory::says_yes(question))?;
-    }
     let mut system = system_prompt_with(a.rules, &store.facts()?, a.user_name);
     if let Some(recall) = a.recall {
         match recall.related(store, question, a.chat.unwrap_or(crate::store::ChatId(0))) {
@@ -682,7 +677,7 @@ mod tests {
         s.running_actions = 2;
         let last = last_block(&s);
         assert!(
-            last.contains("\nWaiting for the user to confirm: Forget \"my dog is called Bruno\"? (their answer to this is yes or no)\nActions still running: 2\n[End of current state]"),
+            last.contains("\nWaiting for the user to confirm: Forget \"my dog is called Bruno\"? (if this message says yes to it, call forget_fact with that id and confirm: true; otherwise the fact is kept)\nActions still running: 2\n[End of current state]"),
             "{last}"
         );
     }

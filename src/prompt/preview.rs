@@ -52,7 +52,6 @@ pub fn preview(
                 recall: options.recall.as_deref(),
                 model,
                 max_tokens,
-                resolve: false,
                 running_actions: chat.map_or(0, |c| options.actions.running(c)),
             },
         )

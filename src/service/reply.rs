@@ -68,6 +68,16 @@ impl ReplyJob {
             reply: self.reply,
             question: self.question,
         });
+        // A question Jarvis asked before this reply: the user's message answers it. If the
+        // reply is answered without the model confirming (forget_fact with confirm), the ask
+        // lapses; a reply that fails resolves nothing.
+        let asked_before = {
+            let (store, chat) = (self.store.clone(), self.chat);
+            blocking(move || store.confirmation_asked_at(chat))
+                .await
+                .ok()
+                .flatten()
+        };
         let mut text = String::new();
         let outcome = match self.permit.take() {
             Some(permit) => self.write(permit, &mut text).await,
@@ -85,6 +95,20 @@ impl ReplyJob {
         };
         if let Err(err) = saved {
             tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
+        }
+        if let (Some(asked), ReplyState::Done) = (asked_before, outcome.state) {
+            let (store, chat) = (self.store.clone(), self.chat);
+            let lapsed = blocking(move || {
+                // (Asked again during this reply: that new question stands.)
+                if store.confirmation_asked_at(chat)? == Some(asked) {
+                    store.resolve_confirmation(chat, false)?;
+                }
+                Ok(())
+            })
+            .await;
+            if let Err(err) = lapsed {
+                tracing::warn!(%err, "a confirmation left unanswered could not lapse");
+            }
         }
         tracing::debug!(reply = %self.reply, state = %outcome.state, "reply ended");
         // A conversation kept only in memory leaves no summary behind.
@@ -220,7 +244,6 @@ impl ReplyJob {
                     recall: recall.as_deref(),
                     model: &model,
                     max_tokens,
-                    resolve: true,
                     running_actions,
                 },
             )

@@ -902,6 +902,18 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// When the confirmation pending in `chat` was asked (unix ms), if one is.
+    pub fn confirmation_asked_at(&self, chat: ChatId) -> Result<Option<i64>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT created_at FROM confirmations WHERE chat_id = ?1",
+                [chat.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// The confirmation pending in `chat`, if any: the fact's id and the question asked.
     pub fn confirmation(&self, chat: ChatId) -> Result<Option<(i64, String)>, StoreError> {
         self.lock()
