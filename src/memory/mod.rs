@@ -34,19 +34,16 @@ pub fn tools() -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: FORGET.into(),
-            description: "Forget a stored fact about the user. Use only when the user explicitly asks you to \
-                          forget something. First call it with words from the fact (query): if one fact matches \
-                          you get its id, and you must ask the user to confirm in your answer. Only when they \
-                          then clearly say yes, call it again with {\"id\": that id, \"confirm\": true}; if they \
-                          say no or talk about something else, do not call it, and the fact is kept. If several \
-                          facts match, you get the list to ask which."
+            description: "Forget a stored fact about the user, only when they explicitly ask. Call it with words \
+                          of the fact (query); if one matches, ask the user to confirm. Only after they clearly \
+                          say yes, call it again with {\"id\": its id, \"confirm\": true}."
                 .into(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "Words of the fact to forget (the first call)."},
-                    "id": {"type": "integer", "description": "The fact's id (the call after the user said yes)."},
-                    "confirm": {"type": "boolean", "description": "true: the user said yes to forgetting this fact."},
+                    "query": {"type": "string", "description": "Words of the fact."},
+                    "id": {"type": "integer", "description": "The fact's id, once the user said yes."},
+                    "confirm": {"type": "boolean", "description": "true once the user said yes."},
                 },
             }),
         },
