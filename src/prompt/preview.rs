@@ -52,7 +52,8 @@ pub fn preview(
                 recall: options.recall.as_deref(),
                 model,
                 max_tokens,
-                running_actions: chat.map_or(0, |c| options.actions.running(c)),
+                // (What runs belongs to the service answering, which a preview does not ask.)
+                running_actions: 0,
             },
         )
     };

@@ -100,11 +100,6 @@ pub struct ServiceOptions {
     pub recall: Option<Arc<crate::memory::recall::Recall>>,
     /// The model's context in tokens (0: the backend's own).
     pub context_tokens: usize,
-    /// What runs for each chat besides its reply's words (shared by every reply; the state
-    /// block counts them).
-    pub actions: Actions,
-    /// The summaries' way to the backend, which gives way to replies.
-    pub housekeeping: Housekeeping,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -133,8 +128,6 @@ impl ServiceOptions {
             voice_keep: VOICE_KEEP,
             recall: None,
             context_tokens: settings.replies.context_tokens,
-            actions: Actions::default(),
-            housekeeping: Housekeeping::new(),
         }
     }
 
@@ -310,6 +303,8 @@ impl Service {
             windows: voice.windows.clone(),
         };
         let actor = Actor {
+            actions: Actions::default(),
+            housekeeping: Housekeeping::new(),
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
             memory: memory.clone(),
@@ -425,20 +420,12 @@ impl Service {
 
     /// The store a chat lives in: the database, or memory for an unsaved voice conversation.
     pub fn store_of(&self, chat: ChatId) -> &Store {
-        if chat.in_memory() {
-            &self.memory
-        } else {
-            &self.store
-        }
+        kept_in(&self.store, &self.memory, chat.in_memory())
     }
 
     /// The store a reply lives in (as [`Service::store_of`] its chat's).
     pub fn store_of_reply(&self, reply: ReplyId) -> &Store {
-        if reply.in_memory() {
-            &self.memory
-        } else {
-            &self.store
-        }
+        kept_in(&self.store, &self.memory, reply.in_memory())
     }
 
     fn chats_changed(&self) {
@@ -612,6 +599,16 @@ impl Service {
     }
 }
 
+/// The database, or the memory an unsaved voice conversation lives in, as an id says
+/// ([`ChatId::in_memory`], [`ReplyId::in_memory`]).
+fn kept_in<'s>(db: &'s Store, memory: &'s Store, in_memory: bool) -> &'s Store {
+    if in_memory {
+        memory
+    } else {
+        db
+    }
+}
+
 /// Whether an answer ends by asking the user something (its last sentence is a question), so
 /// that what they say next is their reply to it.
 pub fn asks_the_user(answer: &str) -> bool {
@@ -657,6 +654,10 @@ impl ChatState {
 }
 
 struct Actor {
+    /// What runs for each chat besides its replies' words; the state block counts them.
+    actions: Actions,
+    /// The summaries' way to the backend, which gives way to replies.
+    housekeeping: Housekeeping,
     store: Store,
     /// Unsaved voice conversations, in memory.
     memory: Store,
@@ -865,14 +866,9 @@ impl Actor {
                     self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
                     self.backend = backend;
                 }
-                // Recall and the actions count live as long as the service; settings do not
-                // carry them.
+                // Recall lives as long as the service; settings do not carry it.
                 let recall = self.options.recall.take();
-                let actions = self.options.actions.clone();
-                let housekeeping = self.options.housekeeping.clone();
                 self.options = *options;
-                self.options.actions = actions;
-                self.options.housekeeping = housekeeping;
                 if self.options.recall.is_none() {
                     self.options.recall = recall;
                 }
@@ -972,7 +968,7 @@ impl Actor {
             return;
         }
         if asks {
-            self.voice.update(|_| {});
+            // (Published above, with the queue as it stands.)
             return;
         }
         while let Some(next) = self.voice.queue.pop_front() {
@@ -1029,14 +1025,14 @@ impl Actor {
     }
 
     fn voice_stop(&mut self) -> bool {
-        let had_queue = !self.voice.queue.is_empty() || self.voice.status.borrow().speaking;
+        let had_more = !self.voice.queue.is_empty() || self.voice.status.borrow().speaking;
         self.voice.queue.clear();
         let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
         self.voice.update(|s| {
             s.stops += 1;
             s.awaiting_answer = false;
         });
-        stopped || had_queue
+        stopped || had_more
     }
 
     async fn end_conversation(&mut self) -> bool {
@@ -1119,11 +1115,7 @@ impl Actor {
 
     /// The store a chat lives in: memory for an unsaved voice conversation, else the database.
     fn store_of(&self, chat: ChatId) -> &Store {
-        if chat.in_memory() {
-            &self.memory
-        } else {
-            &self.store
-        }
+        kept_in(&self.store, &self.memory, chat.in_memory())
     }
 
     /// The chat's state, made on first use from the store's last reply.
@@ -1196,7 +1188,7 @@ impl Actor {
         }
         let permit = self.permits.clone().try_acquire_owned().ok();
         // A summary holding the backend gives way to a reply at once.
-        let housekeeping_gives_way = permit.is_none() && self.options.housekeeping.make_way();
+        let housekeeping_gives_way = permit.is_none() && self.housekeeping.make_way();
         let initial = if permit.is_some() {
             ReplyState::Running
         } else {
@@ -1247,6 +1239,8 @@ impl Actor {
             options: self.options.clone(),
             done,
             mode,
+            actions: self.actions.clone(),
+            housekeeping: self.housekeeping.clone(),
             housekeeping_gives_way,
         };
         let state = self.chat_state(chat).await?;

@@ -28,6 +28,10 @@ pub(crate) struct ReplyJob {
     pub done: mpsc::Sender<Command>,
     /// How the question was asked.
     pub mode: crate::prompt::Mode,
+    /// What runs for each chat besides its replies' words (the state block counts them).
+    pub actions: super::Actions,
+    /// The summaries' way to the backend.
+    pub housekeeping: super::Housekeeping,
     /// No permit was free because a summary held it, and it is giving way.
     pub housekeeping_gives_way: bool,
 }
@@ -122,8 +126,8 @@ impl ReplyJob {
                     self.permits.clone(),
                 );
                 // Counted from now: a follow-up asked meanwhile is told it still runs.
-                let action = self.options.actions.start(chat);
-                let gate = self.options.housekeeping.clone();
+                let action = self.actions.start(chat);
+                let gate = self.housekeeping.clone();
                 let one_at_a_time = backend.max_concurrent() <= 1;
                 tokio::spawn(async move {
                     let _action = action;
@@ -230,7 +234,7 @@ impl ReplyJob {
             self.options.rules.clone(),
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
-        let running_actions = self.options.actions.running(chat);
+        let running_actions = self.actions.running(chat);
         let assembled = blocking(move || {
             crate::prompt::assemble(
                 &store,
@@ -281,10 +285,7 @@ impl ReplyJob {
                         });
                     }
                     let (store, chat, run) = (self.store.clone(), self.chat, calls.clone());
-                    let _running: Vec<_> = calls
-                        .iter()
-                        .map(|_| self.options.actions.start(chat))
-                        .collect();
+                    let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
                     let results = match tokio::task::spawn_blocking(move || {
                         run.iter()
                             .map(|call| memory::run(&store, chat, call))
@@ -366,7 +367,7 @@ impl ReplyJob {
             tool: "compact".into(),
             label: "Summarising the earlier conversation…".into(),
         });
-        let _compacting = self.options.actions.start(self.chat);
+        let _compacting = self.actions.start(self.chat);
         let request = memory::summary::compact_request(
             compaction.as_ref().map(|(_, s)| s.as_str()),
             &sent[..keep_from],
