@@ -566,6 +566,27 @@ impl AudioSink for Recorder {
     }
 }
 
+/// Loudness on the orb's scale (0–1) of samples in [-1, 1]: their RMS in dBFS, −50 dB and below
+/// (a quiet room's hiss) as 0, −10 dB and above as 1.
+pub fn loudness(samples: &[f32]) -> f32 {
+    loudness_of_mean_square(samples.iter().map(|s| s * s).sum::<f32>(), samples.len())
+}
+
+/// [`loudness`] of 16-bit samples (a microphone frame), without converting them first.
+pub fn loudness_i16(samples: &[i16]) -> f32 {
+    let scale = 1.0 / (32768.0 * 32768.0);
+    let sum: f32 = samples.iter().map(|s| f32::from(*s).powi(2) * scale).sum();
+    loudness_of_mean_square(sum, samples.len())
+}
+
+fn loudness_of_mean_square(sum: f32, n: usize) -> f32 {
+    if n == 0 {
+        return 0.0;
+    }
+    let db = 10.0 * (sum / n as f32).max(1e-12).log10();
+    ((db + 50.0) / 40.0).clamp(0.0, 1.0)
+}
+
 /// 16 kHz samples as [`SAMPLE_RATE`] f32 for whisper.
 pub fn to_f32(samples: &[i16]) -> Vec<f32> {
     samples.iter().map(|s| f32::from(*s) / 32768.0).collect()

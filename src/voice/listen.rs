@@ -167,7 +167,7 @@ impl Listener {
     pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
         let now_ms = self.frame_index * FRAME_MS;
         // A level meter falls back slowly and jumps up at once, as a person's eye expects.
-        let level = super::speak::loudness(&audio::to_f32(frame));
+        let level = audio::loudness_i16(frame);
         let shown = self.shared.mic_level();
         self.shared.set_mic_level(if level >= shown {
             level

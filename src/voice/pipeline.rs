@@ -473,25 +473,10 @@ impl LoopState {
                 tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
                 let _ = self.heard.send(report.clone());
                 match report.heard {
-                    Heard::Question => {
-                        match self.service.voice_ask_heard(report.text, report.mode).await {
-                            Ok(_) => {}
-                            Err(AskError::QueueFull) => {
-                                // The service told the windows; the orb says it was not taken.
-                                tracing::info!("a spoken question was not taken: four already wait")
-                            }
-                            Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
-                        }
-                    }
-                    Heard::Stop if self.answers_rather_than_stops() => {
-                        // ADR 0159: Jarvis asked something and nothing runs or speaks: "no",
-                        // "cancel", "never mind" is the user's answer, not a stop of nothing.
-                        if let Err(err) =
-                            self.service.voice_ask_heard(report.text, report.mode).await
-                        {
-                            tracing::warn!(%err, "an answer could not be put");
-                        }
-                    }
+                    Heard::Question => self.put(report).await,
+                    // ADR 0159: when Jarvis asked something and nothing runs or speaks, "no",
+                    // "cancel", "never mind" is the user's answer, not a stop of nothing.
+                    Heard::Stop if self.answers_rather_than_stops() => self.put(report).await,
                     Heard::Stop => {
                         if let Err(err) = self.service.voice_stop().await {
                             tracing::warn!(%err, "stop could not reach the service");
@@ -515,6 +500,18 @@ impl LoopState {
         }
     }
 
+    /// Puts what was heard to the conversation as the user's words, in the mode it was said in.
+    async fn put(&self, report: UtteranceReport) {
+        match self.service.voice_ask_heard(report.text, report.mode).await {
+            Ok(_) => {}
+            Err(AskError::QueueFull) => {
+                // The service told the windows; the orb says it was not taken.
+                tracing::info!("a spoken question was not taken: four already wait")
+            }
+            Err(err) => tracing::warn!(%err, "a spoken question could not be put"),
+        }
+    }
+
     /// Whether a "stop" said now is an answer: the last answer asked the user something, and
     /// no reply runs nor voice plays that it could stop (questions waiting behind the answer
     /// it is owed stay waiting).
@@ -524,7 +521,7 @@ impl LoopState {
     }
 
     async fn on_reply_event(&mut self, event: Event) {
-        if self.said_before.is_some() && self.said_before == Some(event.reply()) {
+        if self.said_before == Some(event.reply()) {
             return;
         }
         self.last_activity = Instant::now();

@@ -26,20 +26,12 @@ struct Spoken {
 /// How finely a spoken clip's loudness is kept.
 const ENVELOPE_STEP: Duration = Duration::from_millis(40);
 
-/// Loudness on the orb's scale (0–1) of samples in [-1, 1]: their RMS in dBFS, −50 dB and below
-/// (a quiet room's hiss) as 0, −10 dB and above as 1.
-pub fn loudness(samples: &[f32]) -> f32 {
-    if samples.is_empty() {
-        return 0.0;
-    }
-    let mean = samples.iter().map(|s| s * s).sum::<f32>() / samples.len() as f32;
-    let db = 10.0 * mean.max(1e-12).log10();
-    ((db + 50.0) / 40.0).clamp(0.0, 1.0)
-}
-
 fn envelope(clip: &super::Clip) -> Vec<f32> {
     let step = (ENVELOPE_STEP.as_secs_f64() * f64::from(clip.rate)).max(1.0) as usize;
-    clip.samples.chunks(step).map(loudness).collect()
+    clip.samples
+        .chunks(step)
+        .map(super::audio::loudness)
+        .collect()
 }
 
 /// The answer being spoken.
@@ -332,6 +324,11 @@ mod tests {
 
     #[test]
     fn loudness_runs_from_silence_to_a_loud_voice() {
+        use super::super::audio::{loudness, loudness_i16, to_f32};
+        let frame: Vec<i16> = (0..320)
+            .map(|i| ((i as f32 / 5.0).sin() * 9000.0) as i16)
+            .collect();
+        assert!((loudness_i16(&frame) - loudness(&to_f32(&frame))).abs() < 1e-4);
         assert_eq!(loudness(&[]), 0.0);
         assert_eq!(loudness(&[0.0; 320]), 0.0);
         // A quiet room's hiss reads as nothing.
