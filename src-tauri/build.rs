@@ -26,7 +26,6 @@ const COMMANDS: &[&str] = &[
     "orb_set_mode",
     "orb_acknowledge",
     "orb_retry",
-    "orb_play",
     "read_aloud",
     "orb_listen",
     "orb_hide",

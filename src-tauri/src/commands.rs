@@ -56,7 +56,6 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         orb_set_mode,
         orb_acknowledge,
         orb_retry,
-        orb_play,
         read_aloud,
         orb_listen,
         orb_hide,
@@ -326,20 +325,10 @@ async fn orb_retry(state: State<'_, AppState>) -> Res<jarvis::ReplyId> {
     Ok(state.service.voice_retry().await?)
 }
 
-/// Play in the orb: reads its latest finished answer aloud again; the history is unchanged.
-#[tauri::command]
-async fn orb_play(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
-    read_aloud_with(&state, reply).await
-}
-
-/// Read aloud in the chat window: any finished reply, spoken by the voice loop; the history is
-/// unchanged.
+/// Read aloud (the chat window) and Play (the orb): any finished reply, spoken by the voice
+/// loop; the history is unchanged.
 #[tauri::command]
 async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
-    read_aloud_with(&state, reply).await
-}
-
-async fn read_aloud_with(state: &AppState, reply: jarvis::ReplyId) -> Res<()> {
     let voice = state
         .voice
         .lock()
@@ -378,20 +367,38 @@ fn orb_problems(
     state: State<'_, AppState>,
     on_problem: Channel<Option<String>>,
 ) -> Res<()> {
-    let mut problems = state.voice_problem.subscribe();
+    let problems = state.voice_problem.subscribe();
+    forward_watch(
+        &state,
+        window.label(),
+        "voice problems",
+        problems,
+        on_problem,
+    );
+    Ok(())
+}
+
+/// Sends a watch's value to a page's channel, now and at every change, until the page goes; the
+/// window's forwarder of `kind`.
+fn forward_watch<T: Clone + serde::Serialize + Send + Sync + 'static>(
+    state: &AppState,
+    label: &str,
+    kind: &'static str,
+    mut values: tokio::sync::watch::Receiver<T>,
+    channel: Channel<T>,
+) {
     let task = tauri::async_runtime::spawn(async move {
         loop {
-            let problem = problems.borrow_and_update().clone();
-            if on_problem.send(problem).is_err() {
+            let now = values.borrow_and_update().clone();
+            if channel.send(now).is_err() {
                 break;
             }
-            if problems.changed().await.is_err() {
+            if values.changed().await.is_err() {
                 break;
             }
         }
     });
-    state.forward(window.label(), "voice problems", task);
-    Ok(())
+    state.forward(label, kind, task);
 }
 
 /// How loud the microphone and Jarvis's voice are, whenever that changes (about 25 times a second
@@ -402,19 +409,8 @@ fn orb_levels(
     state: State<'_, AppState>,
     on_levels: Channel<jarvis::voice::pipeline::Levels>,
 ) -> Res<()> {
-    let mut levels = state.voice_levels.subscribe();
-    let task = tauri::async_runtime::spawn(async move {
-        loop {
-            let now = *levels.borrow_and_update();
-            if on_levels.send(now).is_err() {
-                break;
-            }
-            if levels.changed().await.is_err() {
-                break;
-            }
-        }
-    });
-    state.forward(window.label(), "voice levels", task);
+    let levels = state.voice_levels.subscribe();
+    forward_watch(&state, window.label(), "voice levels", levels, on_levels);
     Ok(())
 }
 

@@ -68,7 +68,6 @@ export const api = {
   orbSetMode: (mode: ListenMode) => invoke<void>("orb_set_mode", { mode }),
   orbAcknowledge: () => invoke<void>("orb_acknowledge"),
   orbRetry: () => invoke<number>("orb_retry"),
-  orbPlay: (reply: number) => invoke<void>("orb_play", { reply }),
   readAloud: (reply: number) => invoke<void>("read_aloud", { reply }),
   orbListen: (on: boolean) => invoke<void>("orb_listen", { on }),
   orbHide: () => invoke<void>("orb_hide"),

@@ -137,7 +137,7 @@ async function init(): Promise<void> {
   });
   byId("orb-play").addEventListener("click", () => {
     if (view.reply === null) return;
-    api.orbPlay(view.reply).catch((err) => (byId("orb-error").textContent = message(err)));
+    api.readAloud(view.reply).catch((err) => (byId("orb-error").textContent = message(err)));
   });
   byId("end").addEventListener("click", () => {
     api.orbEnd().catch((err) => (byId("orb-error").textContent = message(err)));
