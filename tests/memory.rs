@@ -504,6 +504,110 @@ async fn a_chat_that_outgrows_the_context_is_compacted_into_its_summary_and_noth
     );
 }
 
+/// A chat two long exchanges in, so that the next question must be compacted first (1,000-token
+/// context), with the stub's next script the compaction call's.
+async fn chat_due_for_compaction(
+    stub: &Stub,
+    dir: &Dir,
+    first_token_secs: f64,
+    compaction: Script,
+) -> (Service, jarvis::ChatId) {
+    let mut s = settings(BackendKind::Anthropic, stub);
+    s.replies.context_tokens = 1000;
+    s.anthropic.max_tokens = 100;
+    s.timeouts.first_token_secs = first_token_secs;
+    // A stalled call is not cut by the stream's idle limit first.
+    s.timeouts.idle_secs = 60.0;
+    let service = service(dir, s);
+    let long = |topic: &str| {
+        format!(
+            "{topic}: {}",
+            "a long and detailed answer sentence. ".repeat(22)
+        )
+    };
+    stub.push(Script::text(long("Paris")));
+    stub.push(Script::text(long("Rome")));
+    let (chat, _) = ask(&service, None, "Tell me about Paris.").await;
+    ask(&service, Some(chat), "Tell me about Rome.").await;
+    stub.push(compaction);
+    (service, chat)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_during_compaction_ends_the_reply_at_once_and_leaves_the_chat_as_it_was() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    // The compaction call never answers (and the first-token limit is far off).
+    let stalled = Script::text("").ending_after(0, jarvis_stub::Ending::Stall);
+    let (service, chat) = chat_due_for_compaction(&stub, &dir, 120.0, stalled).await;
+    let reply = service.ask(chat, "And Madrid?").await.unwrap();
+    let mut attachment = service.attach(chat).await.unwrap();
+    let compacting = async {
+        while let Some(event) = attachment.next().await {
+            if matches!(&event, Event::Action { tool, .. } if tool == "compact") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, compacting)
+        .await
+        .expect("compaction began");
+    // Until the stub holds the call: Stop lands while it is outstanding.
+    while stub.received().len() < 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let stopped_at = std::time::Instant::now();
+    assert!(service.stop(chat).await.unwrap());
+    let events = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        until_end(&mut attachment, reply),
+    )
+    .await
+    .expect("the reply ended within a second of Stop");
+    assert_eq!(ending(&events).0, ReplyState::Stopped, "{events:?}");
+    assert!(stopped_at.elapsed() < std::time::Duration::from_secs(1));
+    assert!(
+        dir.store().compaction(chat).unwrap().is_none(),
+        "the chat is not compacted"
+    );
+    assert_eq!(stub.received().len(), 3, "no answer was asked for");
+    let last = dir.store().last_reply(chat).unwrap().unwrap();
+    assert_eq!((last.id, last.state), (reply, ReplyState::Stopped));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_compaction_call_ends_in_its_named_timeout_and_the_answer_comes_from_the_whole_chat(
+) {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let stalled = Script::text("").ending_after(0, jarvis_stub::Ending::Stall);
+    let (service, chat) = chat_due_for_compaction(&stub, &dir, 1.0, stalled).await;
+    stub.push(Script::text("Madrid is the capital of Spain."));
+    let started = std::time::Instant::now();
+    let (_, events) = ask(&service, Some(chat), "And Madrid?").await;
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
+    assert_eq!(text_of(&events), "Madrid is the capital of Spain.");
+    let said = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Action { tool, label, .. } if tool == "compact" => Some(label.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("no answer began within 1 s")),
+        "the timeout is named: {said:?}"
+    );
+    assert!(dir.store().compaction(chat).unwrap().is_none());
+    let all = stub.received()[3].body["messages"].to_string();
+    assert!(
+        all.contains("Tell me about Paris."),
+        "the answer was asked from the whole chat"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_users_rules_file_replaces_the_built_in_rules() {
     let stub = Stub::start().await.unwrap();

@@ -3,11 +3,13 @@
 //! is logged and changes nothing the user sees.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 
 use super::recall::Recall;
-use crate::llm::{Backend, LlmEvent, Message, MessageRole, Request};
+use crate::config::RetrySettings;
+use crate::llm::{self, Backend, Guarded, LlmError, LlmEvent, Message, MessageRole, Request};
 use crate::store::{ChatId, Role, Store};
 
 /// What the summariser is told.
@@ -64,6 +66,7 @@ pub async fn summarise(
     store: Store,
     recall: Arc<Recall>,
     chat: ChatId,
+    guard: Guard,
 ) -> Result<(), String> {
     let records = {
         let store = store.clone();
@@ -73,7 +76,7 @@ pub async fn summarise(
             .map_err(|e| e.to_string())?
     };
     let request = request(&records, backend.model());
-    let text = complete(backend.as_ref(), request)
+    let text = complete(backend, request, &guard)
         .await
         .map_err(|err| format!("the summary request failed: {err}"))?;
     if text.is_empty() {
@@ -123,15 +126,34 @@ pub fn compact_request(
     }
 }
 
-/// Streams a request's text to its end (no tools).
-pub async fn complete(backend: &dyn Backend, request: Request) -> Result<String, String> {
-    let mut stream = backend.stream(request);
+/// How a housekeeping call reaches the backend: the same guarded path as a reply — its connect
+/// and idle timeouts (the backend's), retries before the first token and the first-token deadline.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// Retries before the first token.
+    pub retry: RetrySettings,
+    /// How long the first token may take.
+    pub first_token: Duration,
+}
+
+/// Streams a request's text to its end (no tools) on the guarded path.
+pub async fn complete(
+    backend: Arc<dyn Backend>,
+    request: Request,
+    guard: &Guard,
+) -> Result<String, LlmError> {
+    let stream = llm::guarded(backend, request, guard.retry.clone(), guard.first_token);
+    futures::pin_mut!(stream);
     let mut text = String::new();
     while let Some(event) = stream.next().await {
-        match event {
-            Ok(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
-            Ok(_) => {}
-            Err(err) => return Err(err.to_string()),
+        match event? {
+            Guarded::Event(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
+            Guarded::Retrying {
+                attempt, reason, ..
+            } => {
+                tracing::debug!(attempt, %reason, "a housekeeping call is tried again")
+            }
+            Guarded::Event(_) => {}
         }
     }
     Ok(crate::prompt::strip_envelopes(text.trim()))

@@ -128,6 +128,7 @@ impl ReplyJob {
                 // Counted from now: a follow-up asked meanwhile is told it still runs.
                 let action = self.actions.start(chat);
                 let gate = self.housekeeping.clone();
+                let guard = self.guard();
                 let one_at_a_time = backend.max_concurrent() <= 1;
                 tokio::spawn(async move {
                     let _action = action;
@@ -138,6 +139,7 @@ impl ReplyJob {
                                 store.clone(),
                                 recall.clone(),
                                 chat,
+                                guard.clone(),
                             )
                         })
                         .await;
@@ -222,9 +224,20 @@ impl ReplyJob {
             Ok(found) => found,
             Err(err) => return Outcome::failed(err),
         };
-        if let Err(err) = self.compact_if_needed(&history).await {
-            // The request goes with the whole history; the backend may cut its oldest turns.
-            tracing::warn!(chat = %self.chat, "the chat could not be compacted: {err}");
+        match self.compact_if_needed(&history).await {
+            Ok(Compacted::Stopped) => return Outcome::stopped(),
+            Ok(Compacted::Done) => {}
+            Err(err) => {
+                // The request goes with the whole history; the backend may cut its oldest turns.
+                tracing::warn!(chat = %self.chat, "the chat could not be compacted: {err}");
+                self.log.push(Event::Action {
+                    reply: self.reply,
+                    tool: "compact".into(),
+                    label: format!(
+                        "The earlier conversation could not be summarised ({err}); answering from all of it…"
+                    ),
+                });
+            }
         }
         let (chat, mode) = (self.chat, self.mode);
         let (store, recall, name, rules) = (
@@ -319,7 +332,10 @@ impl ReplyJob {
     /// A chat whose history outgrows three quarters of the model's context has its older records
     /// folded into its summary (one short model call) and its anchor moved; the store keeps
     /// every record.
-    async fn compact_if_needed(&self, history: &[Record]) -> Result<(), String> {
+    ///
+    /// The call takes the reply's guarded path; Stop ends it (the chat is left as it was) and the
+    /// reply's lease is renewed while it runs.
+    async fn compact_if_needed(&self, history: &[Record]) -> Result<Compacted, String> {
         let budget = match self.options.context_tokens {
             0 => self.backend.context_tokens(),
             n => n,
@@ -346,7 +362,7 @@ impl ReplyJob {
             + 300; // the state block and the tools
         let records: usize = sent.iter().map(|r| memory::summary::tokens(&r.text)).sum();
         if fixed + records <= budget * 3 / 4 {
-            return Ok(());
+            return Ok(Compacted::Done);
         }
         // Keep the newest records that fit in a third of the context; fold in the rest.
         let mut kept = 0;
@@ -360,7 +376,7 @@ impl ReplyJob {
             keep_from -= 1;
         }
         if keep_from == 0 {
-            return Ok(());
+            return Ok(Compacted::Done);
         }
         self.log.push(Event::Action {
             reply: self.reply,
@@ -373,7 +389,23 @@ impl ReplyJob {
             &sent[..keep_from],
             self.backend.model(),
         );
-        let summary = memory::summary::complete(self.backend.as_ref(), request).await?;
+        let guard = self.guard();
+        let call = memory::summary::complete(self.backend.clone(), request, &guard);
+        tokio::pin!(call);
+        let mut heartbeat = tokio::time::interval(LEASE / 3);
+        let summary = loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Ok(Compacted::Stopped),
+                done = &mut call => break done.map_err(|e| e.to_string())?,
+                _ = heartbeat.tick() => {
+                    let (store, reply) = (self.store.clone(), self.reply);
+                    if let Err(err) = blocking(move || store.renew_lease(reply)).await {
+                        tracing::warn!(%err, "could not renew a reply's lease");
+                    }
+                }
+            }
+        };
         if summary.is_empty() {
             return Err("the model wrote an empty summary".into());
         }
@@ -381,7 +413,16 @@ impl ReplyJob {
         tracing::debug!(chat = %self.chat, new_anchor, folded = keep_from, "chat compacted");
         blocking(move || store.set_compaction(chat, new_anchor, &summary))
             .await
+            .map(|()| Compacted::Done)
             .map_err(|e| e.to_string())
+    }
+
+    /// The guarded path's settings, for housekeeping calls.
+    fn guard(&self) -> memory::summary::Guard {
+        memory::summary::Guard {
+            retry: self.options.retry.clone(),
+            first_token: self.options.first_token,
+        }
     }
 
     /// One request to the backend: its text streams into `text`; it ends with an outcome, or with
@@ -473,6 +514,14 @@ impl ReplyJob {
             }
         }
     }
+}
+
+/// How compaction ended, when it did not fail.
+enum Compacted {
+    /// Compacted, or nothing to compact.
+    Done,
+    /// Stop came meanwhile.
+    Stopped,
 }
 
 /// The most requests one reply makes when the model calls tools.
