@@ -35,6 +35,9 @@ const COMMANDS: &[&str] = &[
     "add_fact",
     "edit_fact",
     "remove_fact",
+    "list_summaries",
+    "delete_summary",
+    "set_earlier_conversations",
     "chat_request",
 ];
 

@@ -407,6 +407,23 @@ impl Default for DesktopSettings {
     }
 }
 
+/// What Jarvis remembers besides the facts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemorySettings {
+    /// "Use earlier conversations": each chat is summarised after its answers, and the summaries
+    /// of related chats are recalled into a new one. Off: no summary is written or sent.
+    pub earlier_conversations: bool,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            earlier_conversations: true,
+        }
+    }
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -427,6 +444,8 @@ pub struct Settings {
     pub replies: ReplySettings,
     /// `[profile]`.
     pub profile: ProfileSettings,
+    /// `[memory]`.
+    pub memory: MemorySettings,
     /// `[voice]`.
     pub voice: VoiceSettings,
     /// `[desktop]`.

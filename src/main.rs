@@ -147,6 +147,14 @@ enum FactAction {
         /// The fact's id.
         id: i64,
     },
+    /// The summaries of earlier conversations Jarvis may recall into other chats, one line
+    /// each: CHAT<TAB>DATE<TAB>TITLE<TAB>SUMMARY.
+    Summaries,
+    /// Forget a chat's summary (the chat stays; its next answer starts a new one).
+    RmSummary {
+        /// The chat's id.
+        chat: i64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -384,7 +392,7 @@ async fn run(command: Command) -> Result<ExitCode> {
                     }
                 }
                 FactAction::Add { text } => {
-                    let fact = store.add_fact(&text.join(" "))?;
+                    let fact = store.add_fact(&text.join(" "), None)?;
                     println!("{}\t{}", fact.id, fact.text);
                 }
                 FactAction::Edit { id, text } => {
@@ -394,6 +402,35 @@ async fn run(command: Command) -> Result<ExitCode> {
                 FactAction::Rm { id } => {
                     store.remove_fact(id)?;
                     println!("fact {id} forgotten");
+                }
+                FactAction::Summaries => {
+                    for s in store.summaries()? {
+                        let day = chrono::DateTime::from_timestamp_millis(s.updated_at)
+                            .map(|t| {
+                                t.with_timezone(&chrono::Local)
+                                    .format("%Y-%m-%d")
+                                    .to_string()
+                            })
+                            .unwrap_or_default();
+                        println!(
+                            "{}\t{day}\t{}\t{}",
+                            s.chat,
+                            s.title,
+                            s.text.replace('\n', " ")
+                        );
+                    }
+                    if !config.settings.memory.earlier_conversations {
+                        eprintln!(
+                            "(earlier conversations are off in the settings: none of these is recalled)"
+                        );
+                    }
+                }
+                FactAction::RmSummary { chat } => {
+                    if store.delete_summary(ChatId(chat))? {
+                        println!("the summary of chat {chat} is forgotten; the chat is kept");
+                    } else {
+                        anyhow::bail!("chat {chat} has no summary");
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)

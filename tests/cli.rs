@@ -356,6 +356,44 @@ async fn remembered_facts_reach_the_model_as_the_profile_and_can_be_forgotten() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn facts_lists_the_summaries_jarvis_may_recall_and_forgets_one_keeping_its_chat() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("Sailing in June").unwrap().id;
+    store
+        .append_record(chat, jarvis::store::Role::User, "Where to sail?", None)
+        .unwrap();
+    store
+        .upsert_summary(chat, "The user plans to sail\nin Brittany.", &[0.5; 384], 1)
+        .unwrap();
+    let (code, listed, _) = output(jarvis(&dir).args(["facts", "summaries"])).await;
+    assert_eq!(code, 0);
+    let fields: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(fields.len(), 4, "{listed}");
+    assert_eq!(
+        (fields[0], fields[2], fields[3]),
+        (
+            "1",
+            "Sailing in June",
+            "The user plans to sail in Brittany."
+        )
+    );
+    assert_eq!(fields[1].len(), "2026-12-02".len(), "{listed}");
+
+    let (code, said, _) = output(jarvis(&dir).args(["facts", "rm-summary", "1"])).await;
+    assert_eq!(
+        (code, said.as_str()),
+        (0, "the summary of chat 1 is forgotten; the chat is kept\n")
+    );
+    let (_, listed, _) = output(jarvis(&dir).args(["facts", "summaries"])).await;
+    assert_eq!(listed, "");
+    assert_eq!(dir.store().records(chat).unwrap().len(), 1);
+    let (code, _, stderr) = output(jarvis(&dir).args(["facts", "rm-summary", "1"])).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("chat 1 has no summary"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn request_prints_exactly_what_the_model_would_get_and_sends_nothing() {
     const KEY: &str = "sk-ant-never-printed-42";
     let stub = Stub::start().await.unwrap();

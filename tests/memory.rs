@@ -130,8 +130,8 @@ async fn forget_asks_first_and_only_the_models_confirmation_after_a_real_yes_del
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let store = dir.store();
-    let bruno = store.add_fact("My dog is called Bruno.").unwrap();
-    store.add_fact("I live in Lyon.").unwrap();
+    let bruno = store.add_fact("My dog is called Bruno.", None).unwrap();
+    store.add_fact("I live in Lyon.", None).unwrap();
     let service = service(&dir, settings(BackendKind::Anthropic, &stub));
     let ask_to_forget = |chat: Option<jarvis::ChatId>| {
         stub.push(Script::text("").tool_call(
@@ -230,8 +230,8 @@ async fn forget_with_several_matches_returns_the_list_and_with_none_says_nothing
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let store = dir.store();
-    store.add_fact("My dog is called Bruno.").unwrap();
-    store.add_fact("My cat is called Tom.").unwrap();
+    store.add_fact("My dog is called Bruno.", None).unwrap();
+    store.add_fact("My cat is called Tom.", None).unwrap();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     stub.push(Script::text("").tool_call("c1", "forget_fact", r#"{"query": "called"}"#));
     stub.push(Script::text("Which one: Bruno or Tom?"));
@@ -337,7 +337,7 @@ async fn remember_recall_and_forget_across_three_chats() {
     assert_eq!(summary.vector.len(), 384);
     let summariser = &stub.received()[2].body;
     assert!(
-        system_of(summariser).contains("summaries of conversations"),
+        system_of(summariser).contains("running summary of a conversation"),
         "the third request summarised"
     );
 
@@ -425,12 +425,7 @@ async fn when_embedding_fails_the_reply_runs_without_recall_and_nothing_visible_
     assert_eq!(text_of(&events), "First answer.");
     stub.push(Script::text("Second answer."));
     // The summary task ran (its request reached the stub) and failed quietly.
-    let wait = async {
-        while stub.received().len() < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(LIMIT, wait).await.unwrap();
+    received_at_least(&stub, 2).await;
     let (_, events) = ask(&service, Some(chat), "And again?").await;
     assert_eq!(ending(&events).0, ReplyState::Done);
     assert!(!system_of(&stub.received().last().unwrap().body).contains("Relevant earlier"));
@@ -553,9 +548,7 @@ async fn stop_during_compaction_ends_the_reply_at_once_and_leaves_the_chat_as_it
         .await
         .expect("compaction began");
     // Until the stub holds the call: Stop lands while it is outstanding.
-    while stub.received().len() < 3 {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    received_at_least(&stub, 3).await;
     let stopped_at = std::time::Instant::now();
     assert!(service.stop(chat).await.unwrap());
     let events = tokio::time::timeout(
@@ -614,7 +607,9 @@ async fn the_users_rules_file_replaces_the_built_in_rules() {
     let dir = Dir::new();
     let rules = dir.path().join("my-rules.md");
     std::fs::write(&rules, "Answer in one sentence, like a ship's captain.").unwrap();
-    dir.store().add_fact("The user sails on Sundays.").unwrap();
+    dir.store()
+        .add_fact("The user sails on Sundays.", None)
+        .unwrap();
     let mut s = settings(BackendKind::Openai, &stub);
     s.profile.rules = rules.display().to_string();
     let service = service(&dir, s);
@@ -645,7 +640,7 @@ async fn starting_afresh_hides_what_came_before_from_the_model_and_keeps_it_in_t
     dir.store()
         .set_compaction(chat, 2, "Ada likes sailing.")
         .unwrap();
-    let fact = dir.store().add_fact("Ada likes sailing.").unwrap();
+    let fact = dir.store().add_fact("Ada likes sailing.", None).unwrap();
     dir.store()
         .set_confirmation(chat, fact.id, "Forget \"Ada likes sailing.\"?")
         .unwrap();
@@ -725,13 +720,7 @@ async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action
         "The user asked about Paris and how many live there.",
     ));
     let (chat, _) = ask(&service, None, "What is the capital of France?").await;
-    tokio::time::timeout(LIMIT, async {
-        while stub.received().len() < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the summary was asked for");
+    received_at_least(&stub, 2).await;
     ask(&service, Some(chat), "How many people live there?").await;
     let follow_up = last_user_text(&stub.received()[2].body);
     assert!(
@@ -739,13 +728,7 @@ async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action
         "{follow_up}"
     );
     // Once both summaries are written (the slow one ends last), nothing is said to run.
-    tokio::time::timeout(LIMIT, async {
-        while stub.received().len() < 4 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the follow-up's summary was asked for");
+    received_at_least(&stub, 4).await;
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     stub.push(Script::text("Yes."));
     ask(&service, Some(chat), "Is it big?").await;
@@ -772,13 +755,7 @@ async fn on_a_one_at_a_time_backend_a_follow_up_never_waits_for_the_summary() {
         "The user asked about Paris and how many people live there.",
     ));
     let (chat, _) = ask(&service, None, "What is the capital of France?").await;
-    tokio::time::timeout(LIMIT, async {
-        while stub.received().len() < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the summary was asked for");
+    received_at_least(&stub, 2).await;
     let asked = std::time::Instant::now();
     let (_, events) = ask(&service, Some(chat), "How many people live there?").await;
     let took = asked.elapsed();
@@ -808,4 +785,350 @@ async fn on_a_one_at_a_time_backend_a_follow_up_never_waits_for_the_summary() {
     })
     .await
     .expect("the summary was written after all");
+}
+
+/// Waits until the stub has received `n` requests; returns them.
+async fn received_at_least(stub: &Stub, n: usize) -> Vec<jarvis_stub::Received> {
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let received = stub.received();
+            if received.len() >= n {
+                return received;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the stub never received {n} requests"))
+}
+
+/// Waits until `chat`'s summary covers its records up to `seq`; returns it.
+async fn summary_upto(dir: &Dir, chat: jarvis::ChatId, seq: i64) -> jarvis::store::Summary {
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            if let Some(s) = dir.store().summaries_of(&[chat]).unwrap().pop() {
+                if s.upto >= seq {
+                    return s;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no summary of {chat} reached record {seq}"))
+}
+
+fn is_summary_request(body: &Value) -> bool {
+    system_of(body).contains("running summary of a conversation")
+}
+
+/// A chat of 200 records straight in the store, the first one the only place a fact is said.
+fn long_chat(dir: &Dir) -> jarvis::ChatId {
+    let store = dir.store();
+    let chat = store.create_chat("A long evening").unwrap().id;
+    store
+        .append_record(
+            chat,
+            jarvis::store::Role::User,
+            "My sister Ingrid lives in Tromsø and is visiting in March.",
+            None,
+        )
+        .unwrap();
+    for i in 2..=200 {
+        let (role, text) = if i % 2 == 0 {
+            (
+                jarvis::store::Role::Assistant,
+                format!(
+                    "Answer {i}: here are some thoughts on the garden, the weather and the plans."
+                ),
+            )
+        } else {
+            (
+                jarvis::store::Role::User,
+                format!("Question {i}: and what about the roses by the fence this season?"),
+            )
+        };
+        store.append_record(chat, role, &text, None).unwrap();
+    }
+    chat
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_chat_is_summarised_whole_and_each_summary_rolls_on_from_the_last() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    let chat = long_chat(&dir);
+    stub.push(Script::text("Plant them in spring."));
+    stub.set_default(Script::text(
+        "Ingrid, the user's sister from Tromsø, visits in March; they talked about the garden.",
+    ));
+    ask(&service, Some(chat), "When should I plant tulips?").await;
+    let summary = summary_upto(&dir, chat, 202).await;
+    assert!(summary.text.contains("Ingrid"), "{}", summary.text);
+
+    let received = stub.received();
+    let summaries: Vec<&Value> = received
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| is_summary_request(b))
+        .collect();
+    assert!(
+        summaries.len() >= 2,
+        "12,000 characters take several calls: {}",
+        summaries.len()
+    );
+    let first = last_user_text(summaries[0]);
+    assert!(
+        first.contains("My sister Ingrid lives in Tromsø"),
+        "the first record is read: {first}"
+    );
+    for later in &summaries[1..] {
+        let text = last_user_text(later);
+        assert!(
+            text.starts_with("The summary so far:\nIngrid, the user's sister"),
+            "each call rolls on from the one before: {text}"
+        );
+        assert!(!text.contains("My sister Ingrid lives"), "and reads on");
+    }
+    let last = last_user_text(summaries[summaries.len() - 1]);
+    assert!(
+        last.contains("When should I plant tulips?") && last.contains("Plant them in spring."),
+        "up to the newest answer: {last}"
+    );
+
+    // The next answer's summary reads only what was said since, after the summary so far.
+    let before = stub.received().len();
+    stub.push(Script::text("Yes, in pots too."));
+    ask(&service, Some(chat), "Can tulips grow in pots?").await;
+    summary_upto(&dir, chat, 204).await;
+    let after: Vec<_> = stub.received()[before..]
+        .iter()
+        .filter(|r| is_summary_request(&r.body))
+        .map(|r| last_user_text(&r.body))
+        .collect();
+    assert_eq!(after.len(), 1, "one short call per answer: {after:?}");
+    assert!(
+        after[0].starts_with("The summary so far:\nIngrid")
+            && after[0].contains("Can tulips grow in pots?")
+            && !after[0].contains("When should I plant tulips?"),
+        "{}",
+        after[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_finds_and_reads_what_was_said_before_the_chat_started_afresh() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    stub.push(Script::text("A fine name for a boat."));
+    let (chat, _) = ask(&service, None, "I named my boat Albatross.").await;
+    assert!(
+        !stub.received()[0].body["tools"]
+            .to_string()
+            .contains("search_records"),
+        "nothing is hidden yet, so the tools are not offered"
+    );
+    service.start_afresh(chat).await.unwrap();
+    stub.push(Script::text("").tool_call("s1", "search_records", r#"{"query": "boat name"}"#));
+    stub.push(Script::text("").tool_call("r1", "read_records", r#"{"from": 1, "to": 2}"#));
+    stub.push(Script::text("Your boat is called Albatross."));
+    let (_, events) = ask(&service, Some(chat), "What is my boat called?").await;
+    assert_eq!(text_of(&events), "Your boat is called Albatross.");
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Action { label, .. } if label == "Searching the earlier conversation…")
+    ));
+    let received = stub.received();
+    let asked = &received[1].body;
+    assert!(
+        !asked["messages"].to_string().contains("Albatross"),
+        "the model no longer sees the first exchange"
+    );
+    let tools = asked["tools"].to_string();
+    assert!(
+        tools.contains("search_records") && tools.contains("read_records"),
+        "{tools}"
+    );
+    let found = tool_results(&received[2].body);
+    assert!(
+        found[0].contains("seq 1 (user") && found[0].contains("«boat»"),
+        "{found:?}"
+    );
+    let read = tool_results(&received[3].body);
+    assert!(
+        read[1].contains("[seq 1 · user")
+            && read[1].contains("I named my boat Albatross.")
+            && read[1].contains("[seq 2 · assistant")
+            && read[1].contains("A fine name for a boat."),
+        "{read:?}"
+    );
+    assert!(
+        !read[1].contains("What is my boat called?"),
+        "only the hidden records are read"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_records_is_bounded_and_search_finds_a_word_said_before_the_compaction_point() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = long_chat(&dir);
+    store
+        .set_compaction(chat, 150, "They talked about the garden.")
+        .unwrap();
+    let run = |name: &str, args: &str| {
+        jarvis::memory::run(
+            &store,
+            chat,
+            &jarvis::llm::ToolCall {
+                id: "t".into(),
+                name: name.into(),
+                arguments: serde_json::from_str(args).unwrap(),
+            },
+        )
+        .content
+    };
+    let found = run("search_records", r#"{"query": "Ingrid Tromsø"}"#);
+    assert!(found.contains("seq 1 (user"), "{found}");
+    let none = run("search_records", r#"{"query": "tulips"}"#);
+    assert!(none.starts_with("Nothing in the earlier part"), "{none}");
+    let many = run("read_records", r#"{"from": 1, "to": 149}"#);
+    assert!(
+        many.contains("[seq 20 ·") && !many.contains("[seq 21 ·"),
+        "at most 20 records at once"
+    );
+    assert!(many.chars().count() <= jarvis::memory::READ_LIMIT + 120);
+    let past = run("read_records", r#"{"from": 148, "to": 170}"#);
+    assert!(
+        past.contains("[seq 149 ·") && !past.contains("[seq 150 ·"),
+        "what the model sees is not read again: {past}"
+    );
+    let big = "word ".repeat(3000);
+    store
+        .append_record(chat, jarvis::store::Role::User, &big, None)
+        .unwrap();
+    store.set_compaction(chat, 300, "…").unwrap();
+    let cut = run("read_records", r#"{"from": 201, "to": 201}"#);
+    assert!(
+        cut.contains("cut at 8000 characters"),
+        "{}",
+        &cut[cut.len() - 100..]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_summary_is_never_recalled_and_the_next_one_starts_after_it() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    stub.push(Script::text("Brittany's north coast has good harbours."));
+    stub.push(Script::text(
+        "The user plans a sailing trip along the north coast of Brittany in June.",
+    ));
+    let (a, _) = ask(
+        &service,
+        None,
+        "Where should I go sailing in Brittany in June?",
+    )
+    .await;
+    summary_of(&dir, a).await;
+    let related = "I want to plan a sailing trip in Brittany.";
+
+    // Recalled while it exists.
+    stub.push(Script::text("Saint-Malo is a good start."));
+    stub.push(Script::text(
+        "The user asked where to start a sailing trip.",
+    ));
+    let (b, _) = ask(&service, None, related).await;
+    assert!(system_of(&stub.received()[2].body).contains("north coast of Brittany"));
+    summary_of(&dir, b).await;
+    service.delete_summary(b).await.unwrap();
+
+    assert!(service.delete_summary(a).await.unwrap());
+    let listed = service.summaries().await.unwrap();
+    assert!(listed.iter().all(|s| s.chat != a), "{listed:?}");
+    assert_eq!(dir.store().records(a).unwrap().len(), 2, "the chat stays");
+    stub.push(Script::text("Try Saint-Malo."));
+    stub.push(Script::text("The user asked again about sailing."));
+    let (c, _) = ask(&service, None, related).await;
+    assert!(
+        !system_of(&stub.received()[4].body).contains("north coast of Brittany"),
+        "a deleted summary is not recalled"
+    );
+    summary_of(&dir, c).await;
+
+    // A new answer in A: summarised anew from what was said since, without the deleted one.
+    let before = stub.received().len();
+    stub.push(Script::text("Bring a warm jacket."));
+    stub.push(Script::text(
+        "The user asked what to pack for a sailing trip.",
+    ));
+    ask(&service, Some(a), "What should I pack for the trip?").await;
+    let summary = summary_upto(&dir, a, 4).await;
+    assert_eq!(
+        summary.text,
+        "The user asked what to pack for a sailing trip."
+    );
+    let request = stub.received()[before + 1].body.clone();
+    assert!(is_summary_request(&request));
+    let text = last_user_text(&request);
+    assert!(
+        !text.contains("The summary so far") && !text.contains("Where should I go sailing"),
+        "nothing of what was deleted: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_earlier_conversations_off_no_summary_is_written_and_none_is_recalled() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    // A summary from before the user turned it off.
+    {
+        let service = service_with_recall(&dir, &stub, &model_dir());
+        stub.push(Script::text("Brittany's north coast has good harbours."));
+        stub.push(Script::text(
+            "The user plans a sailing trip along the north coast of Brittany in June.",
+        ));
+        let (a, _) = ask(
+            &service,
+            None,
+            "Where should I go sailing in Brittany in June?",
+        )
+        .await;
+        summary_of(&dir, a).await;
+    }
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.memory.earlier_conversations = false;
+    let service = service_with_recall_on(&dir, s, &model_dir());
+    stub.push(Script::text("Saint-Malo is a good start."));
+    stub.set_default(Script::text("A summary that must not be asked for."));
+    let (b, _) = ask(&service, None, "I want to plan a sailing trip in Brittany.").await;
+    assert!(!system_of(&stub.received()[2].body).contains("Relevant earlier conversations"));
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(stub.received().len(), 3, "no summary was asked for");
+    assert!(dir.store().summaries_of(&[b]).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remembered_fact_names_the_chat_it_was_said_in_until_that_chat_is_deleted() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    stub.push(Script::text("").tool_call(
+        "r",
+        "remember_fact",
+        r#"{"fact": "The user's dog is called Bruno."}"#,
+    ));
+    stub.push(Script::text("Noted."));
+    let (chat, _) = ask(&service, None, "Remember that my dog is called Bruno.").await;
+    let fact = dir.store().facts().unwrap().pop().unwrap();
+    assert_eq!(fact.chat, Some(chat));
+    assert!(fact.created_at > 0);
+    service.delete_chat(chat).await.unwrap();
+    let fact = dir.store().facts().unwrap().pop().unwrap();
+    assert_eq!(
+        (fact.text.as_str(), fact.chat),
+        ("The user's dog is called Bruno.", None)
+    );
 }

@@ -198,5 +198,5 @@ fn a_database_from_an_older_jarvis_is_upgraded_in_place_keeping_its_chats() {
         ("hello", None),
         "an old reply was not cut"
     );
-    assert_eq!(store.add_fact("Upgraded").unwrap().text, "Upgraded");
+    assert_eq!(store.add_fact("Upgraded", None).unwrap().text, "Upgraded");
 }

@@ -65,6 +65,9 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         add_fact,
         edit_fact,
         remove_fact,
+        list_summaries,
+        delete_summary,
+        set_earlier_conversations,
         chat_request,
     ]
 }
@@ -429,7 +432,7 @@ async fn list_facts(state: State<'_, AppState>) -> Res<Vec<jarvis::store::Fact>>
 #[tauri::command]
 async fn add_fact(state: State<'_, AppState>, text: String) -> Res<jarvis::store::Fact> {
     let store = state.service.store().clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || store.add_fact(&text)).await??)
+    Ok(tauri::async_runtime::spawn_blocking(move || store.add_fact(&text, None)).await??)
 }
 
 #[tauri::command]
@@ -443,6 +446,24 @@ async fn edit_fact(state: State<'_, AppState>, id: i64, text: String) -> Res<jar
 async fn remove_fact(state: State<'_, AppState>, id: i64) -> Res<()> {
     let store = state.service.store().clone();
     Ok(tauri::async_runtime::spawn_blocking(move || store.remove_fact(id)).await??)
+}
+
+/// The summaries of earlier conversations Jarvis may recall (the Memory panel).
+#[tauri::command]
+async fn list_summaries(state: State<'_, AppState>) -> Res<Vec<jarvis::store::Summary>> {
+    Ok(state.service.summaries().await?)
+}
+
+/// Forgets one chat's summary; the chat stays.
+#[tauri::command]
+async fn delete_summary(state: State<'_, AppState>, chat: i64) -> Res<bool> {
+    Ok(state.service.delete_summary(ChatId(chat)).await?)
+}
+
+/// Turns "Use earlier conversations" on or off.
+#[tauri::command]
+async fn set_earlier_conversations(state: State<'_, AppState>, on: bool) -> Res<()> {
+    Ok(crate::settings::set_earlier_conversations(&state, on).await?)
 }
 
 /// What the model would be sent for `text` in `chat` (keys redacted): the same as

@@ -25,6 +25,8 @@ pub struct SettingsView {
     shortcut: String,
     save_conversations: bool,
     wake_while_hidden: bool,
+    /// "Use earlier conversations" (the Memory panel's switch).
+    earlier_conversations: bool,
     listen_mode: ListenMode,
     speech_model: SpeechModel,
     wake_threshold: f32,
@@ -78,6 +80,7 @@ impl SettingsView {
             shortcut: s.desktop.shortcut.clone(),
             save_conversations: s.voice.save_conversations,
             wake_while_hidden: s.voice.wake_while_hidden,
+            earlier_conversations: s.memory.earlier_conversations,
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
             wake_threshold: s.voice.wake_threshold,
@@ -167,29 +170,7 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         config::store_key(var, &SecretString::from(key.trim().to_string()))
             .with_context(|| format!("cannot store {var} in the OS keyring"))?;
     }
-    let path = state
-        .config
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .path
-        .clone();
-    let mut settings = tokio::task::spawn_blocking(move || {
-        let borrowed: Vec<(&[&str], Option<SettingValue>)> = changes
-            .iter()
-            .map(|(keys, value)| (keys.as_slice(), value.clone()))
-            .collect();
-        config::write_settings(&path, &borrowed)
-    })
-    .await
-    .context("saving the settings stopped")??;
-    settings.apply_env(&env)?;
-
-    let (old, new_config) = {
-        let mut config = state.config.lock().unwrap_or_else(|e| e.into_inner());
-        let old = std::mem::replace(&mut config.settings, settings);
-        config.file_found = true;
-        (old, config.clone())
-    };
+    let (old, new_config) = write(state, changes).await?;
     let new = &new_config.settings;
     let backend_changed = old.backend != new.backend
         || old.anthropic != new.anthropic
@@ -240,5 +221,50 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         });
     }
     let _ = app.emit("theme-changed", new_config.settings.desktop.theme);
+    Ok(())
+}
+
+/// Writes `changes` to the settings file and makes the result the app's settings; returns the
+/// settings before and the configuration after.
+async fn write(
+    state: &AppState,
+    changes: Vec<(Vec<&'static str>, Option<SettingValue>)>,
+) -> anyhow::Result<(config::Settings, config::Config)> {
+    let path = state
+        .config
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .path
+        .clone();
+    let mut settings = tokio::task::spawn_blocking(move || {
+        let borrowed: Vec<(&[&str], Option<SettingValue>)> = changes
+            .iter()
+            .map(|(keys, value)| (keys.as_slice(), value.clone()))
+            .collect();
+        config::write_settings(&path, &borrowed)
+    })
+    .await
+    .context("saving the settings stopped")??;
+    settings.apply_env(&env)?;
+    let mut config = state.config.lock().unwrap_or_else(|e| e.into_inner());
+    let old = std::mem::replace(&mut config.settings, settings);
+    config.file_found = true;
+    Ok((old, config.clone()))
+}
+
+/// The Memory panel's "Use earlier conversations": saved, and in force from the next reply on.
+pub async fn set_earlier_conversations(state: &AppState, on: bool) -> anyhow::Result<()> {
+    let (_, config) = write(
+        state,
+        vec![(
+            vec!["memory", "earlier_conversations"],
+            Some(SettingValue::Bool(on)),
+        )],
+    )
+    .await?;
+    state
+        .service
+        .reconfigure(None, ServiceOptions::from_settings(&config.settings))
+        .await?;
     Ok(())
 }

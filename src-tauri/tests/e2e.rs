@@ -553,6 +553,143 @@ async fn the_memory_panel_adds_edits_and_really_deletes_facts_and_the_request_vi
 
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
+async fn the_memory_panel_shows_where_facts_came_from_deletes_a_summary_and_turns_recall_off() {
+    use jarvis::memory::embed::Embedder as _;
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::with_models();
+    let question = "Which harbour should we leave from for the sailing trip?";
+    {
+        // Two earlier chats, each with a summary as close to the question as can be.
+        let store = data.store();
+        let embedder =
+            jarvis::memory::embed::LazyMiniLm::if_installed(&support::installed_models())
+                .expect("the sentence embedder (scripts/models memory)");
+        let vector = embedder.embed(&[question.to_string()]).unwrap().remove(0);
+        for (title, summary) in [
+            (
+                "Sailing in June",
+                "The user plans a sailing trip along Brittany's north coast in June.",
+            ),
+            (
+                "Boat repairs",
+                "The user asked how to fix the sailing boat's rudder before the trip.",
+            ),
+        ] {
+            let chat = store.create_chat(title).unwrap().id;
+            store
+                .append_record(chat, jarvis::store::Role::User, "Where to sail?", None)
+                .unwrap();
+            store.upsert_summary(chat, summary, &vector, 1).unwrap();
+        }
+        let first = store
+            .chats()
+            .unwrap()
+            .into_iter()
+            .find(|c| c.title == "Sailing in June");
+        store
+            .add_fact("The user's boat is called Albatross.", first.map(|c| c.id))
+            .unwrap();
+    }
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.click("#open-memory").await;
+    app.wait_for("two summaries listed", |app| async move {
+        (app.count("#summaries .summary").await == 2).then_some(())
+    })
+    .await;
+    let source = app.text("#facts .fact .source").await;
+    assert!(source.starts_with("From “Sailing in June”"), "{source}");
+    assert!(app.text("#summaries").await.contains("rudder"));
+    assert!(
+        app.eval("return document.querySelector('#earlier-on').checked")
+            .await
+            == true
+    );
+    app.screenshots("memory-summaries").await;
+
+    // The fact's chat opens from the panel.
+    app.click("#facts .fact .source button").await;
+    app.wait_for("its chat open", |app| async move {
+        app.text(".messages")
+            .await
+            .contains("Where to sail?")
+            .then_some(())
+    })
+    .await;
+    assert!(!app.visible("#memory").await, "the panel closed");
+
+    // One summary deleted; its chat stays.
+    app.click("#open-memory").await;
+    app.wait_for("listed again", |app| async move {
+        (app.count("#summaries .summary").await == 2).then_some(())
+    })
+    .await;
+    app.eval(
+        "[...document.querySelectorAll('#summaries .summary')]
+           .find((li) => li.textContent.includes('rudder'))
+           .querySelector('.danger').click();
+         return true;",
+    )
+    .await;
+    app.wait_for("one left", |app| async move {
+        (app.count("#summaries .summary").await == 1).then_some(())
+    })
+    .await;
+    let left = data.store().summaries().unwrap();
+    assert_eq!(left.len(), 1);
+    assert!(left[0].text.contains("north coast"));
+    assert_eq!(data.store().chats().unwrap().len(), 2, "both chats stay");
+
+    // Recalled while on: the remaining summary, never the deleted one.
+    app.click("#memory-close").await;
+    stub.push(Script::text("Saint-Malo is a good harbour."));
+    stub.set_default(Script::text("The user asked where to leave from."));
+    app.click("#new-chat").await;
+    app.type_question(question).await;
+    app.wait_for_state("done").await;
+    let system = stub.received()[0].body["messages"][0]["content"].to_string();
+    assert!(
+        system.contains("north coast") && !system.contains("rudder"),
+        "{system}"
+    );
+
+    // Off: nothing recalled, no summary asked for.
+    app.click("#open-memory").await;
+    app.click("#earlier-on").await;
+    app.wait_for("saved off", |_| {
+        let text = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+        async move { text.contains("earlier_conversations = false").then_some(()) }
+    })
+    .await;
+    app.wait_for("shown off", |app| async move {
+        app.eval("return document.querySelector('#summaries').classList.contains('off')")
+            .await
+            .as_bool()
+            .filter(|off| *off)
+    })
+    .await;
+    app.click("#memory-close").await;
+    // (The summary of the first answer may still be on its way.)
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let before = stub.received().len();
+    stub.push(Script::text("Leave at high tide."));
+    app.click("#new-chat").await;
+    app.type_question(question).await;
+    app.wait_for_state("done").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let received = stub.received();
+    assert_eq!(received.len(), before + 1, "no summary was asked for");
+    let system = received[before].body["messages"][0]["content"].to_string();
+    assert!(
+        !system.contains("Relevant earlier conversations"),
+        "{system}"
+    );
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
 async fn starting_afresh_draws_a_line_and_the_model_no_longer_gets_what_is_above_it() {
     let _one = one_app_at_a_time().await;
     let (stub, data, app) = asked(

@@ -17,6 +17,18 @@ pub const REMEMBER: &str = "remember_fact";
 /// The tool that forgets one (called again with `confirm` once the user said yes).
 pub const FORGET: &str = "forget_fact";
 
+/// The tool that searches the chat's records the model no longer sees.
+pub const SEARCH: &str = "search_records";
+/// The tool that reads a range of them.
+pub const READ: &str = "read_records";
+
+/// The most matches `search_records` returns.
+pub const SEARCH_LIMIT: usize = 8;
+/// The most characters `read_records` returns at once.
+pub const READ_LIMIT: usize = 8_000;
+/// The most records `read_records` returns at once.
+const READ_RECORDS: i64 = 20;
+
 /// The longest fact the model may store (the user may write longer ones in the Memory panel).
 pub const FACT_LIMIT: usize = 500;
 
@@ -53,11 +65,46 @@ pub fn tools() -> Vec<ToolSpec> {
     ]
 }
 
+/// The tools for a chat whose earlier records the model no longer sees (before where it started
+/// afresh or its compaction point): the memory tools and the two that reach those records.
+pub fn tools_with_records() -> Vec<ToolSpec> {
+    let mut tools = tools();
+    tools.push(ToolSpec {
+        name: SEARCH.into(),
+        description:
+            "Search the earlier part of this chat, which you no longer see, for words said there. \
+                      Returns matching records with their seq numbers."
+                .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "Words to look for."}},
+            "required": ["query"],
+        }),
+    });
+    tools.push(ToolSpec {
+        name: READ.into(),
+        description:
+            "Read records of the earlier part of this chat by seq number, from and to inclusive."
+                .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "from": {"type": "integer", "description": "The first seq."},
+                "to": {"type": "integer", "description": "The last seq."},
+            },
+            "required": ["from", "to"],
+        }),
+    });
+    tools
+}
+
 /// What the UI shows while a tool runs.
 pub fn label(tool: &str) -> &'static str {
     match tool {
         REMEMBER => "Remembering…",
         FORGET => "Looking through what I remember…",
+        SEARCH => "Searching the earlier conversation…",
+        READ => "Reading the earlier conversation…",
         _ => "Working…",
     }
 }
@@ -148,7 +195,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
                 );
             }
             store
-                .add_fact(fact)
+                .add_fact(fact, Some(chat))
                 .map(|f| format!("Stored: \"{}\"", f.text))
         }
         FORGET if call.arguments.get("confirm").and_then(Value::as_bool) == Some(true) => {
@@ -195,12 +242,107 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
                 }
             })
         }
+        SEARCH | READ => match store.hidden_before(chat) {
+            Ok(Some(before)) if call.name == SEARCH => search(store, chat, arg("query"), before),
+            Ok(Some(before)) => read(store, chat, &call.arguments, before),
+            Ok(None) => Ok("This chat has no earlier records beyond what you see.".into()),
+            Err(err) => Err(err),
+        },
         other => return result(format!("there is no tool called {other}"), true),
     };
     match outcome {
         Ok(text) => result(text, false),
         Err(err) => result(format!("the tool failed: {err}"), true),
     }
+}
+
+fn day(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%-d %b %Y").to_string())
+        .unwrap_or_default()
+}
+
+fn who(role: crate::store::Role) -> &'static str {
+    match role {
+        crate::store::Role::User => "user",
+        crate::store::Role::Assistant => "assistant",
+        crate::store::Role::Tool => "tool",
+    }
+}
+
+/// `search_records`: the best matches among `chat`'s records before seq `before`.
+fn search(store: &Store, chat: ChatId, query: &str, before: i64) -> Result<String, StoreError> {
+    if query.is_empty() {
+        return Ok("search_records needs words to look for (query).".into());
+    }
+    let found = store.search_records(chat, query, before, SEARCH_LIMIT)?;
+    if found.is_empty() {
+        return Ok(format!(
+            "Nothing in the earlier part of this chat (records 1 to {}) matches \"{query}\".",
+            before - 1
+        ));
+    }
+    let mut out = String::from(
+        "Found in the earlier part of this chat (best first; read one whole with read_records):",
+    );
+    for f in found {
+        out.push_str(&format!(
+            "\n- seq {} ({}, {}): {}",
+            f.seq,
+            who(f.role),
+            day(f.created_at),
+            f.snippet.replace('\n', " ")
+        ));
+    }
+    Ok(out)
+}
+
+/// `read_records`: `chat`'s records in a range before seq `before`, at most [`READ_LIMIT`]
+/// characters and 20 records.
+fn read(store: &Store, chat: ChatId, arguments: &Value, before: i64) -> Result<String, StoreError> {
+    let number = |name: &str| arguments.get(name).and_then(Value::as_i64);
+    let (Some(from), to) = (number("from"), number("to")) else {
+        return Ok("read_records needs the first seq (from) and the last (to).".into());
+    };
+    let from = from.max(1);
+    let to = to
+        .unwrap_or(from)
+        .min(from + READ_RECORDS - 1)
+        .min(before - 1);
+    let records = store.records_between(chat, from, to, before)?;
+    if records.is_empty() {
+        return Ok(format!(
+            "No records there: the earlier part of this chat is records 1 to {}.",
+            before - 1
+        ));
+    }
+    let mut out = String::new();
+    for r in &records {
+        let said = format!(
+            "[seq {} · {} · {}]\n{}\n\n",
+            r.seq,
+            who(r.role),
+            day(r.created_at),
+            crate::prompt::strip_envelopes(r.text.trim())
+        );
+        if out.chars().count() + said.chars().count() > READ_LIMIT {
+            let kept: String = said
+                .chars()
+                .take(READ_LIMIT.saturating_sub(out.chars().count()))
+                .collect();
+            out.push_str(&kept);
+            out.push_str(&format!(
+                "… (cut at {READ_LIMIT} characters; read on from seq {} for the rest)",
+                r.seq
+            ));
+            return Ok(out);
+        }
+        out.push_str(&said);
+    }
+    if records.last().is_some_and(|r| r.seq < before - 1) && to < before - 1 {
+        out.push_str(&format!("(records go on to seq {})", before - 1));
+    }
+    Ok(out.trim_end().to_string())
 }
 
 #[cfg(test)]
@@ -213,6 +355,7 @@ mod tests {
             text: text.into(),
             created_at: 0,
             updated_at: 0,
+            chat: None,
         }
     }
 

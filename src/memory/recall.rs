@@ -26,6 +26,7 @@ fn quantise(v: &[f32]) -> (f32, Vec<i8>) {
     )
 }
 
+#[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     // Chunks of 16 with independent lanes let the compiler vectorise the loop.
     let mut lanes = [0_i32; 16];
@@ -91,12 +92,30 @@ impl SummaryIndex {
         }
     }
 
-    /// The `k` ids most similar to `query` (a unit vector) by cosine, best first, leaving out
-    /// `except`.
+    /// The `k` ids most similar to `query` (a unit vector) by cosine of their 8-bit forms, best
+    /// first, leaving out `except`. (Close scores may swap places; [`Recall::rank`] re-ranks a
+    /// few more candidates than it needs with the exact vectors.)
     pub fn top(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
         if query.len() != DIMENSIONS || k == 0 {
             return Vec::new();
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU was just found to have AVX2, which is all `scan_avx2` needs.
+            return unsafe { self.scan_avx2(query, k, except) };
+        }
+        self.scan(query, k, except)
+    }
+
+    /// [`Self::scan`] compiled for AVX2, where the 8-bit dot products run 32 lanes wide.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn scan_avx2(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
+        self.scan(query, k, except)
+    }
+
+    #[inline(always)]
+    fn scan(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
         let (q_scale, q) = quantise(query);
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
         for (i, (id, scale)) in self.ids.iter().zip(&self.scales).enumerate() {
@@ -132,6 +151,9 @@ impl std::fmt::Debug for Recall {
 
 /// How many earlier conversations a request recalls at most.
 pub const RECALLED: usize = 3;
+/// How many candidates the 8-bit scan hands to the exact ranking: enough that the exact top 3
+/// is among them even where scores crowd (the benchmark checks it on random vectors).
+pub const CANDIDATES: usize = 16;
 /// Below this similarity an earlier conversation is not related enough to mention.
 pub const MIN_SIMILARITY: f32 = 0.3;
 
@@ -188,17 +210,33 @@ impl Recall {
         chat: crate::store::ChatId,
     ) -> Result<Vec<crate::store::Summary>, String> {
         let query = self.embed(question).map_err(|e| e.to_string())?;
-        let best: Vec<crate::store::ChatId> = self
+        self.rank(store, &query, chat).map_err(|e| e.to_string())
+    }
+
+    /// The summaries of chats other than `chat` most similar to `query` (a unit vector), by
+    /// exact cosine: the 8-bit index picks [`CANDIDATES`], and their stored vectors rank them.
+    /// A summary deleted meanwhile (by another process) is no longer in the store, so it is
+    /// never among them.
+    pub fn rank(
+        &self,
+        store: &crate::store::Store,
+        query: &[f32],
+        chat: crate::store::ChatId,
+    ) -> Result<Vec<crate::store::Summary>, crate::store::StoreError> {
+        let candidates: Vec<crate::store::ChatId> = self
             .read()
-            .top(&query, RECALLED, Some(chat.0))
+            .top(query, CANDIDATES, Some(chat.0))
             .into_iter()
-            .filter(|(_, score)| *score >= MIN_SIMILARITY)
             .map(|(id, _)| crate::store::ChatId(id))
             .collect();
-        let mut found = store.summaries_of(&best).map_err(|e| e.to_string())?;
-        // Best first, as the index ranked them.
-        found.sort_by_key(|s| best.iter().position(|c| *c == s.chat));
-        Ok(found)
+        let mut scored: Vec<(f32, crate::store::Summary)> = store
+            .summaries_of(&candidates)?
+            .into_iter()
+            .map(|s| (super::embed::cosine(query, &s.vector), s))
+            .filter(|(score, _)| *score >= MIN_SIMILARITY)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        Ok(scored.into_iter().take(RECALLED).map(|(_, s)| s).collect())
     }
 }
 

@@ -13,54 +13,91 @@ use crate::llm::{self, Backend, Guarded, LlmError, LlmEvent, Message, MessageRol
 use crate::store::{ChatId, Role, Store};
 
 /// What the summariser is told.
-const INSTRUCTIONS: &str = "You write short summaries of conversations between a user and their assistant, \
-for the assistant to find again later. Reply with 2 or 3 plain sentences in the conversation's language: \
-what the user wanted, what was found or decided, and names, dates or facts worth remembering. \
-No preamble, no Markdown.";
+const INSTRUCTIONS: &str = "You keep a short running summary of a conversation between a user and their \
+assistant, for the assistant to find again later. You are given the summary so far (if any) and what was \
+said since. Reply with the updated summary: 2 to 4 plain sentences in the conversation's language covering \
+the whole conversation — what the user wanted, what was found or decided, and names, dates or facts worth \
+remembering, the earliest ones included. No preamble, no Markdown.";
 
-/// The most of a conversation the summariser reads (its end).
+/// The most of a conversation one summary call reads; a longer stretch is summarised in several
+/// calls, each rolling on from the one before.
 const TRANSCRIPT_CHARS: usize = 6_000;
 
-/// Records as a plain transcript, one "User:" / "Assistant:" paragraph each, envelopes stripped.
-fn transcript(records: &[crate::store::Record]) -> String {
-    let mut out = String::new();
-    for r in records {
-        let who = match r.role {
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-            Role::Tool => continue,
-        };
-        out.push_str(&format!(
-            "{who}: {}\n\n",
-            crate::prompt::strip_envelopes(&r.text)
-        ));
-    }
-    out
+/// One record as a transcript paragraph ("User: …"), envelopes stripped; `None` for tool records.
+fn paragraph(r: &crate::store::Record) -> Option<String> {
+    let who = match r.role {
+        Role::User => "User",
+        Role::Assistant => "Assistant",
+        Role::Tool => return None,
+    };
+    Some(format!(
+        "{who}: {}\n\n",
+        crate::prompt::strip_envelopes(&r.text).trim()
+    ))
 }
 
-/// The request that summarises `chat`'s records.
-pub fn request(records: &[crate::store::Record], model: &str) -> Request {
-    let mut transcript = transcript(records);
-    if transcript.chars().count() > TRANSCRIPT_CHARS {
-        let skip = transcript.chars().count() - TRANSCRIPT_CHARS;
-        transcript = format!("…{}", transcript.chars().skip(skip).collect::<String>());
+/// Records as a plain transcript, one "User:" / "Assistant:" paragraph each.
+fn transcript(records: &[crate::store::Record]) -> String {
+    records.iter().filter_map(paragraph).collect()
+}
+
+/// Cuts a text longer than `chars` in its middle, keeping its start and its end.
+fn shortened(text: String, chars: usize) -> String {
+    let count = text.chars().count();
+    if count <= chars {
+        return text;
     }
+    let half = chars / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(count - half).collect();
+    format!("{head} … {tail}")
+}
+
+/// The first stretch of `records` to summarise in one call: as many records as fit in
+/// [`TRANSCRIPT_CHARS`] (at least one), as a transcript, and how many it took.
+pub fn next_stretch(records: &[crate::store::Record]) -> (String, usize) {
+    let mut text = String::new();
+    let mut taken = 0;
+    for r in records {
+        let said = paragraph(r).unwrap_or_default();
+        let length = text.chars().count() + said.chars().count();
+        if taken > 0 && length > TRANSCRIPT_CHARS {
+            break;
+        }
+        text.push_str(&said);
+        taken += 1;
+    }
+    (shortened(text, TRANSCRIPT_CHARS), taken)
+}
+
+/// The request that rolls a chat's summary on: the summary so far (empty: none) and the
+/// transcript of what was said since.
+pub fn request(previous: &str, since: &str, model: &str) -> Request {
+    let mut text = String::new();
+    if !previous.trim().is_empty() {
+        text.push_str(&format!("The summary so far:\n{}\n\n", previous.trim()));
+    }
+    text.push_str(&format!(
+        "{}\n\n{}\n\nWrite the updated summary of the whole conversation in 2 to 4 sentences.",
+        if previous.trim().is_empty() {
+            "The conversation:"
+        } else {
+            "What was said since:"
+        },
+        since.trim_end()
+    ));
     Request {
         system: INSTRUCTIONS.to_string(),
-        messages: vec![Message::text(
-            MessageRole::User,
-            format!(
-                "The conversation:\n\n{}\nSummarise it in 2 or 3 sentences.",
-                transcript.trim_end()
-            ),
-        )],
+        messages: vec![Message::text(MessageRole::User, text)],
         tools: Vec::new(),
         model: model.to_string(),
         max_tokens: 200,
     }
 }
 
-/// Summarises `chat`, embeds the summary and keeps both. Errors are returned for the log.
+/// Rolls `chat`'s summary on over the records since the last one — in several calls when much
+/// was said (a chat never summarised, or summarised long ago) — and keeps each step with its
+/// embedding, so a call cut short loses nothing already done. Errors are returned for the log.
 pub async fn summarise(
     backend: Arc<dyn Backend>,
     store: Store,
@@ -68,30 +105,57 @@ pub async fn summarise(
     chat: ChatId,
     guard: Guard,
 ) -> Result<(), String> {
-    let records = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.records(chat))
+    loop {
+        let (previous, upto, records) = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || {
+                let (previous, upto) = store.summary_start(chat)?;
+                let records = store.records_after(chat, upto)?;
+                Ok::<_, crate::store::StoreError>((previous, upto, records))
+            })
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?
-    };
-    let request = request(&records, backend.model());
-    let text = complete(backend, request, &guard)
+        };
+        let (since, taken) = next_stretch(&records);
+        let Some(last) = records.get(taken.max(1) - 1) else {
+            return Ok(());
+        };
+        let covered = last.seq;
+        let rest = records.len() - taken;
+        tracing::debug!(%chat, upto, covered, rest, "rolling a summary on");
+        let text = if since.trim().is_empty() {
+            // Only tool records since: the summary stands, now covering them too.
+            previous.clone()
+        } else {
+            complete(
+                backend.clone(),
+                request(&previous, &since, backend.model()),
+                &guard,
+            )
+            .await
+            .map_err(|err| format!("the summary request failed: {err}"))?
+        };
+        if text.is_empty() {
+            return Err("the model wrote an empty summary".into());
+        }
+        let (store, recall) = (store.clone(), recall.clone());
+        tokio::task::spawn_blocking(move || {
+            let vector = recall.embed(&text).map_err(|e| e.to_string())?;
+            if store
+                .upsert_summary(chat, &text, &vector, covered)
+                .map_err(|e| e.to_string())?
+            {
+                recall.remember(chat, &vector);
+            }
+            Ok::<_, String>(())
+        })
         .await
-        .map_err(|err| format!("the summary request failed: {err}"))?;
-    if text.is_empty() {
-        return Err("the model wrote an empty summary".into());
+        .map_err(|e| e.to_string())??;
+        if rest == 0 {
+            return Ok(());
+        }
     }
-    tokio::task::spawn_blocking(move || {
-        let vector = recall.embed(&text).map_err(|e| e.to_string())?;
-        store
-            .upsert_summary(chat, &text, &vector)
-            .map_err(|e| e.to_string())?;
-        recall.remember(chat, &vector);
-        Ok(())
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }
 
 /// What the compactor is told.

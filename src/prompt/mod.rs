@@ -465,7 +465,16 @@ pub fn assemble(
         }
         None => build_request(a.history, system, &state, a.model, a.max_tokens),
     };
-    request.tools = crate::memory::tools();
+    // The records it no longer sees stay within its reach.
+    let hidden = match a.chat {
+        Some(chat) => store.hidden_before(chat)?.is_some(),
+        None => false,
+    };
+    request.tools = if hidden {
+        crate::memory::tools_with_records()
+    } else {
+        crate::memory::tools()
+    };
     Ok(request)
 }
 
@@ -608,6 +617,7 @@ mod tests {
             text: text.into(),
             created_at: 0,
             updated_at: 0,
+            chat: None,
         };
         let facts = [fact("My dog is called Bruno"), fact("I live in Lyon")];
         let system = system_prompt(&facts, "Ada");

@@ -49,7 +49,7 @@ pub fn preview(
                 mode: crate::prompt::Mode::Typed,
                 user_name: &options.user_name,
                 rules: &options.rules,
-                recall: options.recall.as_deref(),
+                recall: options.recalling().map(|r| r.as_ref()),
                 model,
                 max_tokens,
                 // (What runs belongs to the service answering, which a preview does not ask.)

@@ -98,6 +98,8 @@ pub struct ServiceOptions {
     pub voice_keep: Duration,
     /// Summaries and recall across chats, when the sentence embedder is installed.
     pub recall: Option<Arc<crate::memory::recall::Recall>>,
+    /// "Use earlier conversations": off, no summary is written and none is recalled.
+    pub earlier_conversations: bool,
     /// The model's context in tokens (0: the backend's own).
     pub context_tokens: usize,
 }
@@ -127,8 +129,14 @@ impl ServiceOptions {
             wake_while_hidden: settings.voice.wake_while_hidden,
             voice_keep: VOICE_KEEP,
             recall: None,
+            earlier_conversations: settings.memory.earlier_conversations,
             context_tokens: settings.replies.context_tokens,
         }
+    }
+
+    /// Recall, when it is installed and the user lets Jarvis use earlier conversations.
+    pub fn recalling(&self) -> Option<&Arc<crate::memory::recall::Recall>> {
+        self.recall.as_ref().filter(|_| self.earlier_conversations)
     }
 
     /// These options with recall: summaries written after each reply and found again from other
@@ -260,6 +268,8 @@ pub struct Service {
     memory: Store,
     activity: Arc<watch::Sender<Activity>>,
     voice: VoiceHandles,
+    /// The summaries' index (it lives as long as the service).
+    recall: Option<Arc<crate::memory::recall::Recall>>,
 }
 
 /// What the handle reads of the voice conversation without asking the actor.
@@ -302,6 +312,7 @@ impl Service {
             notices: voice.notices.clone(),
             windows: voice.windows.clone(),
         };
+        let recall = options.recall.clone();
         let actor = Actor {
             actions: Actions::default(),
             housekeeping: Housekeeping::new(),
@@ -322,6 +333,7 @@ impl Service {
             memory,
             activity,
             voice: handles,
+            recall,
         }
     }
 
@@ -384,6 +396,23 @@ impl Service {
         blocking(move || store.rename_chat(chat, title.trim())).await?;
         self.chats_changed();
         Ok(())
+    }
+
+    /// The summaries of earlier conversations Jarvis may recall into other chats, newest first.
+    pub async fn summaries(&self) -> Result<Vec<crate::store::Summary>, ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.summaries()).await?)
+    }
+
+    /// Forgets a chat's summary (the chat stays): it is never recalled again; the chat's next
+    /// answer starts a new one from what is said from then on. Returns whether there was one.
+    pub async fn delete_summary(&self, chat: ChatId) -> Result<bool, ServiceError> {
+        let store = self.store.clone();
+        let deleted = blocking(move || store.delete_summary(chat)).await?;
+        if let Some(recall) = &self.recall {
+            recall.forget(chat);
+        }
+        Ok(deleted)
     }
 
     /// Deletes a chat and everything in it; refused while it is replying (stop it first).

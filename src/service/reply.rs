@@ -117,7 +117,7 @@ impl ReplyJob {
         tracing::debug!(reply = %self.reply, state = %outcome.state, "reply ended");
         // A conversation kept only in memory leaves no summary behind.
         if outcome.state == ReplyState::Done && !self.store.is_in_memory() {
-            if let Some(recall) = self.options.recall.clone() {
+            if let Some(recall) = self.options.recalling().cloned() {
                 // In the background, after the reply: it never holds one up.
                 let (backend, store, chat, permits) = (
                     self.backend.clone(),
@@ -242,7 +242,7 @@ impl ReplyJob {
         let (chat, mode) = (self.chat, self.mode);
         let (store, recall, name, rules) = (
             self.store.clone(),
-            self.options.recall.clone(),
+            self.options.recalling().cloned(),
             self.options.user_name.clone(),
             self.options.rules.clone(),
         );

@@ -9,6 +9,11 @@ use rusqlite_migration::{Migrations, M};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+mod search;
+mod summaries;
+
+pub use search::Found;
+
 /// The migrations, embedded at compile time and applied in order.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_chats_records_replies.sql"),
@@ -18,6 +23,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_summaries.sql"),
     include_str!("../../migrations/0006_compaction.sql"),
     include_str!("../../migrations/0007_history_since.sql"),
+    include_str!("../../migrations/0008_rolling_summaries_and_provenance.sql"),
+    include_str!("../../migrations/0009_records_search.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -263,10 +270,13 @@ pub struct Summary {
     pub title: String,
     /// The summary.
     pub text: String,
-    /// Its embedding (empty when none could be made).
+    /// Its embedding (empty when none could be made); not sent to the windows.
+    #[serde(skip)]
     pub vector: Vec<f32>,
     /// Unix ms.
     pub updated_at: i64,
+    /// The seq of the chat's last record it covers.
+    pub upto: i64,
 }
 
 /// A fact the user asked Jarvis to remember.
@@ -280,6 +290,8 @@ pub struct Fact {
     pub created_at: i64,
     /// Unix ms of the last edit.
     pub updated_at: i64,
+    /// The chat it was said in, while that chat exists.
+    pub chat: Option<ChatId>,
 }
 
 /// The current time in unix milliseconds.
@@ -808,10 +820,12 @@ impl Store {
             .any(|(pid, lease)| lease.unwrap_or(0) >= now && pid.is_some_and(process_alive)))
     }
 
-    /// Remembers a fact; one already known (whatever its case) is returned as it is.
-    pub fn add_fact(&self, text: &str) -> Result<Fact, StoreError> {
+    /// Remembers a fact, said in chat `from` (`None`: written by the user in the Memory panel or
+    /// the CLI); one already known (whatever its case) is returned as it is.
+    pub fn add_fact(&self, text: &str, from: Option<ChatId>) -> Result<Fact, StoreError> {
         if let Some(user) = &self.user {
-            return user.add_fact(text);
+            // A conversation that is not kept is not named as the fact's source either.
+            return user.add_fact(text, None);
         }
         let text = text.trim();
         if text.is_empty() {
@@ -820,13 +834,13 @@ impl Store {
         let now = now_ms();
         let conn = self.lock();
         conn.execute(
-            "INSERT INTO facts (text, created_at, updated_at) VALUES (?1, ?2, ?2)
+            "INSERT INTO facts (text, created_at, updated_at, chat_id) VALUES (?1, ?2, ?2, ?3)
              ON CONFLICT DO NOTHING",
-            params![text, now],
+            params![text, now, from.map(|c| c.0)],
         )
         .map_err(|e| self.err(e))?;
         conn.query_row(
-            "SELECT id, text, created_at, updated_at FROM facts WHERE lower(text) = lower(?1)",
+            "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE lower(text) = lower(?1)",
             [text],
             fact_from_row,
         )
@@ -853,7 +867,7 @@ impl Store {
             return Err(StoreError::NoSuchFact(id));
         }
         conn.query_row(
-            "SELECT id, text, created_at, updated_at FROM facts WHERE id = ?1",
+            "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE id = ?1",
             [id],
             fact_from_row,
         )
@@ -950,7 +964,7 @@ impl Store {
             if confirmed {
                 forgotten = tx
                     .query_row(
-                        "SELECT id, text, created_at, updated_at FROM facts WHERE id = ?1",
+                        "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE id = ?1",
                         [fact],
                         fact_from_row,
                     )
@@ -1035,80 +1049,6 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Stores (or replaces) a chat's summary and its embedding.
-    pub fn upsert_summary(
-        &self,
-        chat: ChatId,
-        text: &str,
-        vector: &[f32],
-    ) -> Result<(), StoreError> {
-        if self.user.is_some() {
-            // A conversation not kept leaves no summary either.
-            return Ok(());
-        }
-        let blob: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.lock()
-            .execute(
-                "INSERT INTO summaries (chat_id, text, vector, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (chat_id) DO UPDATE SET text = ?2, vector = ?3, updated_at = ?4",
-                params![chat.0, text, blob, now_ms()],
-            )
-            .map(drop)
-            .map_err(|e| self.err(e))
-    }
-
-    /// Every chat's summary, with its title and vector.
-    pub fn summaries(&self) -> Result<Vec<Summary>, StoreError> {
-        if let Some(user) = &self.user {
-            return user.summaries();
-        }
-        self.summaries_where("", [])
-    }
-
-    /// Some chats' summaries.
-    pub fn summaries_of(&self, chats: &[ChatId]) -> Result<Vec<Summary>, StoreError> {
-        if let Some(user) = &self.user {
-            return user.summaries_of(chats);
-        }
-        let mut out = Vec::new();
-        for chat in chats {
-            out.extend(self.summaries_where("WHERE s.chat_id = ?1", [chat.0])?);
-        }
-        Ok(out)
-    }
-
-    fn summaries_where<const N: usize>(
-        &self,
-        filter: &str,
-        args: [i64; N],
-    ) -> Result<Vec<Summary>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT s.chat_id, c.title, s.text, s.vector, s.updated_at
-                 FROM summaries s JOIN chats c ON c.id = s.chat_id {filter} ORDER BY s.chat_id"
-            ))
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(args), |row| {
-                let blob: Option<Vec<u8>> = row.get(3)?;
-                let vector = blob
-                    .unwrap_or_default()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                Ok(Summary {
-                    chat: ChatId(row.get(0)?),
-                    title: row.get(1)?,
-                    text: row.get(2)?,
-                    vector,
-                    updated_at: row.get(4)?,
-                })
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
-        rows.map_err(|e| self.err(e))
-    }
-
     /// All facts, oldest first.
     pub fn facts(&self) -> Result<Vec<Fact>, StoreError> {
         if let Some(user) = &self.user {
@@ -1116,7 +1056,9 @@ impl Store {
         }
         let conn = self.lock();
         let mut stmt = conn
-            .prepare_cached("SELECT id, text, created_at, updated_at FROM facts ORDER BY id")
+            .prepare_cached(
+                "SELECT id, text, created_at, updated_at, chat_id FROM facts ORDER BY id",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], fact_from_row)
@@ -1181,6 +1123,7 @@ fn fact_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Fact> {
         text: row.get(1)?,
         created_at: row.get(2)?,
         updated_at: row.get(3)?,
+        chat: row.get::<_, Option<i64>>(4)?.map(ChatId),
     })
 }
 
@@ -1380,14 +1323,14 @@ mod tests {
     #[test]
     fn facts_are_kept_once_edited_and_really_deleted() {
         let (_dir, s) = store();
-        let dog = s.add_fact("My dog is called Bruno").unwrap();
+        let dog = s.add_fact("My dog is called Bruno", None).unwrap();
         assert_eq!(
-            s.add_fact("  my dog is called bruno ").unwrap().id,
+            s.add_fact("  my dog is called bruno ", None).unwrap().id,
             dog.id,
             "once"
         );
-        s.add_fact("I live in Lyon").unwrap();
-        assert!(matches!(s.add_fact("  "), Err(StoreError::EmptyFact)));
+        s.add_fact("I live in Lyon", None).unwrap();
+        assert!(matches!(s.add_fact("  ", None), Err(StoreError::EmptyFact)));
         let edited = s
             .edit_fact(dog.id, "My dog is called Bruno and he is five")
             .unwrap();

@@ -14,6 +14,7 @@ import type {
   ReplyEvent,
   SettingsForm,
   SettingsView,
+  Summary,
   Theme,
   VoiceTicket,
   VoiceUpdate,
@@ -75,6 +76,9 @@ export const api = {
   addFact: (text: string) => invoke<Fact>("add_fact", { text }),
   editFact: (id: number, text: string) => invoke<Fact>("edit_fact", { id, text }),
   removeFact: (id: number) => invoke<void>("remove_fact", { id }),
+  listSummaries: () => invoke<Summary[]>("list_summaries"),
+  deleteSummary: (chat: number) => invoke<boolean>("delete_summary", { chat }),
+  setEarlierConversations: (on: boolean) => invoke<void>("set_earlier_conversations", { on }),
   chatRequest: (chat: number | null, text: string) => invoke<unknown>("chat_request", { chat, text }),
 };
 

@@ -52,7 +52,7 @@ async function init(): Promise<void> {
   byId("start-afresh").addEventListener("click", () => void startAfresh());
   byId("show-orb").addEventListener("click", () => void api.showWindow("orb"));
   byId("open-settings").addEventListener("click", () => void openSettings());
-  wireMemory();
+  wireMemory((chat) => void select(chat));
   wireRequestView(() => view.chat);
   byId("composer").addEventListener("submit", (e) => {
     e.preventDefault();

@@ -1,12 +1,69 @@
 // The Memory panel: the facts Jarvis remembers about the user (the profile the model sees) —
-// listed, added, edited in place and deleted for real — and "What the model sees": the exact
-// request the next question would send, as `jarvis request` prints it.
+// listed with the chat each came from, added, edited in place and deleted for real — and the
+// summaries of earlier conversations it may recall, each deletable, with recall's own switch.
+// Also "What the model sees": the exact request the next question would send, as
+// `jarvis request` prints it.
 
 import { api, message } from "./api";
 import { byId } from "./dom";
-import type { Fact } from "./types";
+import type { Chat, Fact, Summary } from "./types";
 
-function row(fact: Fact, refresh: () => Promise<void>): HTMLLIElement {
+/** Opens a chat in the window (the panel closes first). */
+type OpenChat = (chat: number) => void;
+
+let openChat: OpenChat = () => {};
+
+function day(ms: number): string {
+  return new Date(ms).toLocaleDateString(undefined, { day: "numeric", month: "short", year: "numeric" });
+}
+
+/** "From “Title”, 2 Dec 2026" with the title opening that chat; "Added by you" without one. */
+function source(chat: number | null, titles: Map<number, string>, when: number, lead: string): HTMLElement {
+  const line = document.createElement("span");
+  line.className = "source";
+  const title = chat === null ? undefined : titles.get(chat);
+  if (chat === null || title === undefined) {
+    line.textContent = `${lead === "From" ? "Added by you" : lead}, ${day(when)}`;
+    return line;
+  }
+  const link = document.createElement("button");
+  link.type = "button";
+  link.className = "link";
+  link.textContent = `“${title}”`;
+  link.title = "Open this chat";
+  link.addEventListener("click", () => {
+    byId<HTMLDialogElement>("memory").close();
+    openChat(chat);
+  });
+  line.append(`${lead} `, link, `, ${day(when)}`);
+  return line;
+}
+
+function summaryRow(summary: Summary, titles: Map<number, string>): HTMLLIElement {
+  const li = document.createElement("li");
+  li.className = "summary";
+  li.dataset.chat = String(summary.chat);
+  const text = document.createElement("p");
+  text.className = "text";
+  text.textContent = summary.text;
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.className = "danger";
+  remove.textContent = "Delete";
+  remove.title = "Forget this summary (the chat stays)";
+  remove.addEventListener("click", async () => {
+    try {
+      await api.deleteSummary(summary.chat);
+      await refresh();
+    } catch (err) {
+      byId("memory-error").textContent = message(err);
+    }
+  });
+  li.append(text, remove, source(summary.chat, titles, summary.updated_at, "Summary of"));
+  return li;
+}
+
+function row(fact: Fact, titles: Map<number, string>): HTMLLIElement {
   const li = document.createElement("li");
   li.className = "fact";
   li.dataset.id = String(fact.id);
@@ -39,23 +96,43 @@ function row(fact: Fact, refresh: () => Promise<void>): HTMLLIElement {
       byId("memory-error").textContent = message(err);
     }
   });
-  li.append(text, save, remove);
+  li.append(text, save, remove, source(fact.chat, titles, fact.created_at, "From"));
   return li;
 }
 
 async function refresh(): Promise<void> {
   byId("memory-error").textContent = "";
   try {
-    const facts = await api.listFacts();
-    const list = byId("facts");
-    list.replaceChildren(...facts.map((f) => row(f, refresh)));
+    const [facts, summaries, chats, settings] = await Promise.all([
+      api.listFacts(),
+      api.listSummaries(),
+      api.listChats(),
+      api.getSettings(),
+    ]);
+    const titles = new Map(chats.map((c: Chat) => [c.id, c.title]));
+    byId("facts").replaceChildren(...facts.map((f) => row(f, titles)));
     byId("facts-empty").hidden = facts.length > 0;
+    const list = byId("summaries");
+    list.replaceChildren(...summaries.map((s) => summaryRow(s, titles)));
+    list.classList.toggle("off", !settings.earlier_conversations);
+    byId("summaries-empty").hidden = summaries.length > 0;
+    byId<HTMLInputElement>("earlier-on").checked = settings.earlier_conversations;
   } catch (err) {
     byId("memory-error").textContent = message(err);
   }
 }
 
-export function wireMemory(): void {
+export function wireMemory(open: OpenChat): void {
+  openChat = open;
+  byId<HTMLInputElement>("earlier-on").addEventListener("change", async (e) => {
+    const on = (e.target as HTMLInputElement).checked;
+    try {
+      await api.setEarlierConversations(on);
+      await refresh();
+    } catch (err) {
+      byId("memory-error").textContent = message(err);
+    }
+  });
   const dialog = byId<HTMLDialogElement>("memory");
   byId("open-memory").addEventListener("click", async () => {
     await refresh();

@@ -104,6 +104,7 @@ export interface SettingsView {
   shortcut: string;
   save_conversations: boolean;
   wake_while_hidden: boolean;
+  earlier_conversations: boolean;
   listen_mode: ListenMode;
   speech_model: SpeechModel;
   wake_threshold: number;
@@ -141,4 +142,16 @@ export interface Fact {
   text: string;
   created_at: number;
   updated_at: number;
+  /** The chat it was said in (null: added by the user, or that chat was deleted). */
+  chat: number | null;
+}
+
+/** A chat's summary, which Jarvis may recall into other chats. */
+export interface Summary {
+  chat: number;
+  title: string;
+  text: string;
+  updated_at: number;
+  /** The seq of the chat's last record it covers. */
+  upto: number;
 }

@@ -51,17 +51,26 @@ impl Data {
     /// A data folder whose models are the installed ones (the voice models among them), the orb
     /// listening hands-free, and the audio devices of `pulse`.
     pub fn with_voice(pulse: &jarvis::voice::pulse::Pulse) -> Data {
-        let mut data = Data::new();
-        let models = installed_models();
+        let mut data = Data::with_models();
         assert!(
-            models.join("ggml-tiny.en.bin").is_file(),
+            installed_models().join("ggml-tiny.en.bin").is_file(),
             "the voice models are missing: run scripts/models voice"
         );
-        std::os::unix::fs::symlink(&models, data.dir.path().join("data").join("models")).unwrap();
         let mut settings = std::fs::read_to_string(data.dir.path().join("settings.toml")).unwrap();
         settings.push_str("[voice]\nmode = \"hands_free\"\n");
         std::fs::write(data.dir.path().join("settings.toml"), settings).unwrap();
         data.extra.push(("PULSE_SERVER".into(), pulse.server()));
+        data
+    }
+
+    /// A data folder whose models are the installed ones (the sentence embedder among them).
+    pub fn with_models() -> Data {
+        let data = Data::new();
+        std::os::unix::fs::symlink(
+            installed_models(),
+            data.dir.path().join("data").join("models"),
+        )
+        .unwrap();
         data
     }
 
