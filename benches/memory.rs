@@ -137,7 +137,12 @@ fn main() {
         let same = queries
             .iter()
             .filter(|q| {
-                let exact: Vec<i64> = top_k(&vectors, q, 3).iter().map(|(id, _)| *id).collect();
+                // (Recall mentions nothing below its similarity floor.)
+                let exact: Vec<i64> = top_k(&vectors, q, 3)
+                    .iter()
+                    .filter(|(_, score)| *score >= jarvis::memory::recall::MIN_SIMILARITY)
+                    .map(|(id, _)| *id)
+                    .collect();
                 let got: Vec<i64> = recall
                     .rank(&store, q, ChatId(0))
                     .unwrap()

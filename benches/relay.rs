@@ -69,6 +69,7 @@ async fn bare(stub: &Stub, backend: &Arc<dyn Backend>) -> Round {
         tools: vec![],
         model: "m".into(),
         max_tokens: 10,
+        housekeeping: false,
     };
     let mut stream = backend.stream(request);
     let mut received = Vec::with_capacity(DELTAS);

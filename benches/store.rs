@@ -1,7 +1,8 @@
 //! Store benchmark on a real file (WAL, `synchronous = NORMAL`): record appends per second, reply
 //! progress writes per second, and loading a 10,000-record chat. The baseline, in the same run, is
 //! a bare rusqlite INSERT of the same row in its own transaction, so the store's own bookkeeping
-//! (order number, chat timestamp) shows as a ratio.
+//! (order number, chat timestamp) shows as a ratio; and the same INSERT into a copy of the table
+//! without the full-text search trigger, so the search index's cost shows too.
 //!
 //! Run: `cargo bench --bench store`
 
@@ -34,8 +35,17 @@ fn main() {
     raw.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
         .expect("pragmas");
 
+    // A second baseline: the same INSERT into a copy of the table without the search index's
+    // trigger, so the full-text index's own cost shows.
+    raw.execute_batch(
+        "CREATE TABLE plain_records (id INTEGER PRIMARY KEY, chat_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+             role TEXT NOT NULL, text TEXT NOT NULL, reply_id INTEGER, created_at INTEGER NOT NULL,
+             UNIQUE (chat_id, seq));",
+    )
+    .expect("plain table");
     let mut store_rates = Vec::new();
     let mut raw_rates = Vec::new();
+    let mut plain_rates = Vec::new();
     let mut progress_rates = Vec::new();
     let mut seq = 1_000_000i64;
     for round in 0..ROUNDS {
@@ -60,6 +70,19 @@ fn main() {
             tx.commit().expect("commit");
         }
         raw_rates.push(APPENDS as f64 / started.elapsed().as_secs_f64());
+
+        let started = Instant::now();
+        for i in 0..APPENDS {
+            seq += 1;
+            let tx = raw.unchecked_transaction().expect("tx");
+            tx.execute(
+                "INSERT INTO plain_records (chat_id, seq, role, text, created_at) VALUES (?1, ?2, 'user', ?3, 0)",
+                params![chat.id.0, seq, text(i)],
+            )
+            .expect("insert");
+            tx.commit().expect("commit");
+        }
+        plain_rates.push(APPENDS as f64 / started.elapsed().as_secs_f64());
 
         let q = store
             .append_record(chat.id, Role::User, "question", None)
@@ -139,6 +162,12 @@ fn main() {
     );
     println!("| bare INSERT/s, one transaction each (baseline) | {raw_rate:.0} |");
     println!("| append vs baseline | × {:.2} |", store_rate / raw_rate);
+    let plain_rate = median(plain_rates);
+    println!("| bare INSERT/s into a table without the search index | {plain_rate:.0} |");
+    println!(
+        "| the search index's cost (indexed vs not, bare INSERTs) | × {:.2} |",
+        raw_rate / plain_rate
+    );
     println!(
         "| reply progress writes/s (`save_progress`) | {:.0} |",
         median(progress_rates)

@@ -123,6 +123,9 @@ pub struct OpenAiSettings {
     pub top_p: Option<f32>,
     /// A fixed seed, for servers that honour one.
     pub seed: Option<u32>,
+    /// The server is Jarvis's own `jarvis-llm`, which is told which calls are housekeeping.
+    #[serde(skip)]
+    pub jarvis_server: bool,
 }
 
 impl OpenAiSettings {
@@ -135,6 +138,7 @@ impl OpenAiSettings {
             temperature: None,
             top_p: None,
             seed: None,
+            jarvis_server: false,
         }
     }
 }

@@ -193,6 +193,7 @@ async fn jarvis_path(path: &Path, server: &Path) -> Figures {
         tools: vec![],
         model: backend.model().to_string(),
         max_tokens: 128,
+        housekeeping: false,
     };
     let user = |text: String| Message::text(MessageRole::User, text);
 

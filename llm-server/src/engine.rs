@@ -65,7 +65,21 @@ pub struct Job {
     pub out: tokio::sync::mpsc::Sender<Out>,
     /// Set when the client went away: generation stops before the next token.
     pub cancel: Arc<AtomicBool>,
+    /// A housekeeping call: answered in the cache's second sequence, so the conversation in
+    /// the first stays for the next reply; its prompt goes in small batches, so that a client
+    /// that gives way is let go within one of them.
+    pub housekeeping: bool,
 }
+
+/// How a decode that found no free cache cell fails.
+const NO_ROOM: &str = "no room left in the context";
+
+/// The cache sequence of replies, which keeps the conversation from one turn to the next.
+const REPLIES: usize = 0;
+/// The sequence of housekeeping calls, emptied after each.
+const HOUSEKEEPING: usize = 1;
+/// A housekeeping prompt's batch: small, so that giving way is quick.
+const HOUSEKEEPING_BATCH: usize = 32;
 
 /// What `--check` prints about a model file.
 #[derive(Debug, Serialize)]
@@ -179,8 +193,8 @@ pub struct Engine<'m> {
     template: LlamaChatTemplate,
     /// The model's own template, rendered by minijinja, when it offers tools.
     tools: Option<ToolTemplate>,
-    /// The tokens whose keys and values are in the cache, in order from position 0.
-    cached: Vec<LlamaToken>,
+    /// Per sequence, the tokens whose keys and values are in the cache, in order from position 0.
+    cached: [Vec<LlamaToken>; 2],
     batch_size: usize,
 }
 
@@ -199,6 +213,9 @@ impl<'m> Engine<'m> {
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(batch_size as u32)
+            // Two sequences in one cache of n_ctx cells: the replies' and housekeeping's.
+            .with_n_seq_max(2)
+            .with_kv_unified(true)
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
         let ctx = model
@@ -215,7 +232,7 @@ impl<'m> Engine<'m> {
             ctx,
             template,
             tools,
-            cached: Vec::new(),
+            cached: [Vec::new(), Vec::new()],
             batch_size,
         })
     }
@@ -313,11 +330,38 @@ impl<'m> Engine<'m> {
     }
 
     fn generate(&mut self, job: Job) -> Result<()> {
+        if !job.housekeeping {
+            return self.generate_in(&job, REPLIES);
+        }
+        let answered = self.generate_in(&job, HOUSEKEEPING);
+        let answered = match answered {
+            // No room beside the conversation: the conversation's cache makes way.
+            Err(err) if err.to_string().starts_with(NO_ROOM) => {
+                tracing::debug!("no room for housekeeping beside the conversation: {err:#}");
+                self.forget(REPLIES)?;
+                self.forget(HOUSEKEEPING)?;
+                self.generate_in(&job, HOUSEKEEPING)
+            }
+            other => other,
+        };
+        self.forget(HOUSEKEEPING)?;
+        answered
+    }
+
+    /// Empties one sequence of the cache.
+    fn forget(&mut self, seq: usize) -> Result<()> {
+        self.ctx
+            .clear_kv_cache_seq(Some(seq as u32), None, None)
+            .map_err(|e| anyhow!("cannot clear the cache: {e}"))?;
+        self.cached[seq].clear();
+        Ok(())
+    }
+
+    fn generate_in(&mut self, job: &Job, seq: usize) -> Result<()> {
         let tokens = self.prompt_tokens(&job.turns, &job.tools, job.sampling.max_tokens)?;
         let n_ctx = self.n_ctx();
         // Reuse the cache for the prefix this prompt shares with the last one.
-        let mut common = self
-            .cached
+        let mut common = self.cached[seq]
             .iter()
             .zip(&tokens)
             .take_while(|(a, b)| a == b)
@@ -326,26 +370,33 @@ impl<'m> Engine<'m> {
             common -= 1; // the last prompt token is decoded again for its logits
         }
         self.ctx
-            .clear_kv_cache_seq(Some(0), Some(common as u32), None)
+            .clear_kv_cache_seq(Some(seq as u32), Some(common as u32), None)
             .map_err(|e| anyhow!("cannot trim the cache: {e}"))?;
-        self.cached.truncate(common);
+        self.cached[seq].truncate(common);
+        let id = seq as i32;
 
         let mut batch = LlamaBatch::new(self.batch_size, 1);
         let mut pos = common;
-        for chunk in tokens[common..].chunks(self.batch_size) {
+        let size = if seq == HOUSEKEEPING {
+            HOUSEKEEPING_BATCH
+        } else {
+            self.batch_size
+        };
+        for chunk in tokens[common..].chunks(size) {
             if job.cancel.load(Ordering::Relaxed) {
-                self.finish(&job, "cancelled", tokens.len(), common, 0);
+                self.finish(job, "cancelled", tokens.len(), common, 0);
                 return Ok(());
             }
             batch.clear();
             for (i, token) in chunk.iter().enumerate() {
                 let last = pos + i + 1 == tokens.len();
-                batch.add(*token, (pos + i) as i32, &[0], last)?;
+                batch.add(*token, (pos + i) as i32, &[id], last)?;
             }
-            self.ctx
-                .decode(&mut batch)
-                .map_err(|e| anyhow!("the prompt could not be processed: {e}"))?;
-            self.cached.extend_from_slice(chunk);
+            self.ctx.decode(&mut batch).map_err(|e| match e {
+                llama_cpp_2::DecodeError::NoKvCacheSlot => anyhow!("{NO_ROOM}"),
+                e => anyhow!("the prompt could not be processed: {e}"),
+            })?;
+            self.cached[seq].extend_from_slice(chunk);
             pos += chunk.len();
         }
 
@@ -393,11 +444,12 @@ impl<'m> Engine<'m> {
                 break "cancelled"; // the client went away
             }
             batch.clear();
-            batch.add(token, pos as i32, &[0], true)?;
-            self.ctx
-                .decode(&mut batch)
-                .map_err(|e| anyhow!("generation failed: {e}"))?;
-            self.cached.push(token);
+            batch.add(token, pos as i32, &[id], true)?;
+            self.ctx.decode(&mut batch).map_err(|e| match e {
+                llama_cpp_2::DecodeError::NoKvCacheSlot => anyhow!("{NO_ROOM}"),
+                e => anyhow!("generation failed: {e}"),
+            })?;
+            self.cached[seq].push(token);
             pos += 1;
         };
         if !pending.is_empty() && finish != "cancelled" {
@@ -405,7 +457,7 @@ impl<'m> Engine<'m> {
                 .out
                 .blocking_send(Out::Text(String::from_utf8_lossy(&pending).into_owned()));
         }
-        self.finish(&job, finish, tokens.len(), common, written);
+        self.finish(job, finish, tokens.len(), common, written);
         Ok(())
     }
 

@@ -188,6 +188,10 @@ struct ChatRequest {
     /// OpenAI function specs.
     #[serde(default)]
     tools: Option<Vec<Value>>,
+    /// Jarvis marks its housekeeping calls (summaries): they are answered beside the
+    /// conversation held in the cache instead of over it.
+    #[serde(default)]
+    jarvis_housekeeping: bool,
 }
 
 #[derive(Deserialize)]
@@ -302,6 +306,7 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         sampling,
         out,
         cancel: cancel.clone(),
+        housekeeping: request.jarvis_housekeeping,
     };
     if app.jobs.try_send(job).is_err() {
         return error(

@@ -102,6 +102,10 @@ pub struct Request {
     pub model: String,
     /// The most tokens to write.
     pub max_tokens: u32,
+    /// A housekeeping call (a summary), not a reply: the local model server answers it beside
+    /// the conversation it holds in its cache, so the next reply finds that cache whole.
+    #[serde(default)]
+    pub housekeeping: bool,
 }
 
 /// Why the model stopped.

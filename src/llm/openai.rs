@@ -99,6 +99,9 @@ pub fn body(request: &Request, settings: &OpenAiSettings) -> Value {
     if let Some(seed) = settings.seed {
         body["seed"] = json!(seed);
     }
+    if request.housekeeping && settings.jarvis_server {
+        body["jarvis_housekeeping"] = json!(true);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools

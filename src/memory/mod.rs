@@ -275,7 +275,9 @@ fn search(store: &Store, chat: ChatId, query: &str, before: i64) -> Result<Strin
     if query.is_empty() {
         return Ok("search_records needs words to look for (query).".into());
     }
-    let found = store.search_records(chat, query, before, SEARCH_LIMIT)?;
+    let mut found = store.search_records(chat, query, before, SEARCH_LIMIT + 1)?;
+    let more = found.len() > SEARCH_LIMIT;
+    found.truncate(SEARCH_LIMIT);
     if found.is_empty() {
         return Ok(format!(
             "Nothing in the earlier part of this chat (records 1 to {}) matches \"{query}\".",
@@ -283,7 +285,7 @@ fn search(store: &Store, chat: ChatId, query: &str, before: i64) -> Result<Strin
         ));
     }
     let mut out = String::from(
-        "Found in the earlier part of this chat (best first; read one whole with read_records):",
+        "Found in the earlier part of this chat (in order; read one whole with read_records):",
     );
     for f in found {
         out.push_str(&format!(
@@ -292,6 +294,11 @@ fn search(store: &Store, chat: ChatId, query: &str, before: i64) -> Result<Strin
             who(f.role),
             day(f.created_at),
             f.snippet.replace('\n', " ")
+        ));
+    }
+    if more {
+        out.push_str(&format!(
+            "\n(More records match; these are the first {SEARCH_LIMIT}. Add words to narrow it.)"
         ));
     }
     Ok(out)

@@ -28,15 +28,18 @@ fn quantise(v: &[f32]) -> (f32, Vec<i8>) {
 
 #[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    // Chunks of 16 with independent lanes let the compiler vectorise the loop.
+    // Chunks of 32 with 16 independent lanes let the compiler vectorise the loop; two products
+    // of values within ±127 fit in an i16 each before they are widened.
     let mut lanes = [0_i32; 16];
-    for (ca, cb) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+    for (ca, cb) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
         for i in 0..16 {
-            lanes[i] += i32::from(ca[i]) * i32::from(cb[i]);
+            let low = i16::from(ca[i]) * i16::from(cb[i]);
+            let high = i16::from(ca[i + 16]) * i16::from(cb[i + 16]);
+            lanes[i] += i32::from(low) + i32::from(high);
         }
     }
     let mut sum: i32 = lanes.iter().sum();
-    let tail = a.len() / 16 * 16;
+    let tail = a.len() / 32 * 32;
     for (x, y) in a[tail..].iter().zip(&b[tail..]) {
         sum += i32::from(*x) * i32::from(*y);
     }
@@ -99,40 +102,95 @@ impl SummaryIndex {
         if query.len() != DIMENSIONS || k == 0 {
             return Vec::new();
         }
+        let (q_scale, q) = quantise(query);
+        // The scan reads every vector once and is bound by memory bandwidth, so a large index is
+        // split across the cores (each part keeps its own top k; the parts are merged).
+        let parts = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(self.ids.len() / PER_THREAD)
+            .max(1);
+        if parts == 1 {
+            return self.scan(&q, q_scale, 0..self.ids.len(), k, except);
+        }
+        let size = self.ids.len().div_ceil(parts);
+        let mut best: Vec<(i64, f32)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..parts)
+                .map(|p| {
+                    let range = p * size..((p + 1) * size).min(self.ids.len());
+                    let q = &q;
+                    s.spawn(move || self.scan(q, q_scale, range, k, except))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        best.sort_by(|a, b| b.1.total_cmp(&a.1));
+        best.truncate(k);
+        best
+    }
+
+    /// The top `k` among the vectors at `range`.
+    fn scan(
+        &self,
+        q: &[i8],
+        q_scale: f32,
+        range: std::ops::Range<usize>,
+        k: usize,
+        except: Option<i64>,
+    ) -> Vec<(i64, f32)> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU was just found to have AVX2, which is all `scan_avx2` needs.
-            return unsafe { self.scan_avx2(query, k, except) };
+            return unsafe { self.scan_avx2(q, q_scale, range, k, except) };
         }
-        self.scan(query, k, except)
+        self.scan_with(q, q_scale, range, k, except)
     }
 
-    /// [`Self::scan`] compiled for AVX2, where the 8-bit dot products run 32 lanes wide.
+    /// [`Self::scan_with`] compiled for AVX2, where the 8-bit dot products run wider.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn scan_avx2(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
-        self.scan(query, k, except)
+    unsafe fn scan_avx2(
+        &self,
+        q: &[i8],
+        q_scale: f32,
+        range: std::ops::Range<usize>,
+        k: usize,
+        except: Option<i64>,
+    ) -> Vec<(i64, f32)> {
+        self.scan_with(q, q_scale, range, k, except)
     }
 
     #[inline(always)]
-    fn scan(&self, query: &[f32], k: usize, except: Option<i64>) -> Vec<(i64, f32)> {
-        let (q_scale, q) = quantise(query);
+    fn scan_with(
+        &self,
+        q: &[i8],
+        q_scale: f32,
+        range: std::ops::Range<usize>,
+        k: usize,
+        except: Option<i64>,
+    ) -> Vec<(i64, f32)> {
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
-        for (i, (id, scale)) in self.ids.iter().zip(&self.scales).enumerate() {
-            if Some(*id) == except {
+        for i in range {
+            let id = self.ids[i];
+            if Some(id) == except {
                 continue;
             }
             let v = &self.values[i * DIMENSIONS..(i + 1) * DIMENSIONS];
-            let score = dot_i8(&q, v) as f32 * scale * q_scale;
+            let score = dot_i8(q, v) as f32 * self.scales[i] * q_scale;
             if best.len() < k || score > best[best.len() - 1].1 {
                 let at = best.partition_point(|(_, s)| *s >= score);
-                best.insert(at, (*id, score));
+                best.insert(at, (id, score));
                 best.truncate(k);
             }
         }
         best
     }
 }
+
+/// Below this many vectors a part, splitting the scan costs more than it saves.
+const PER_THREAD: usize = 20_000;
 
 /// Recall across chats: the embedder and the summaries' vectors, loaded from the store at start
 /// and kept up to date as summaries are written and chats deleted.

@@ -92,6 +92,7 @@ pub fn request(previous: &str, since: &str, model: &str) -> Request {
         tools: Vec::new(),
         model: model.to_string(),
         max_tokens: 200,
+        housekeeping: true,
     }
 }
 
@@ -187,6 +188,7 @@ pub fn compact_request(
         tools: Vec::new(),
         model: model.to_string(),
         max_tokens: 600,
+        housekeeping: false,
     }
 }
 

@@ -321,6 +321,7 @@ pub fn build_request(
             tools: Vec::new(),
             model: model.to_string(),
             max_tokens,
+            housekeeping: false,
         };
     };
     let push = |messages: &mut Vec<Message>, role: MessageRole, content: String| match messages
@@ -369,6 +370,7 @@ pub fn build_request(
         tools: Vec::new(),
         model: model.to_string(),
         max_tokens,
+        housekeeping: false,
     }
 }
 

@@ -59,17 +59,17 @@ impl Housekeeping {
         }
     }
 
-    /// A reply wants the backend and found no permit free: summaries holding one give way.
-    /// Returns whether any did (the permit comes back within moments).
+    /// A reply wants the backend and found no permit free: summaries holding one (or about to)
+    /// give way. Returns whether any did (the permit comes back within moments).
     pub fn make_way(&self) -> bool {
-        if self.inner.holding.load(Ordering::SeqCst) == 0 {
-            return false;
-        }
         let mut token = self
             .inner
             .give_way
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        if self.inner.holding.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         token.cancel();
         *token = CancellationToken::new();
         true
@@ -93,18 +93,24 @@ impl Housekeeping {
             return Ok(call().await);
         }
         for _ in 0..TRIES {
-            let permit: OwnedSemaphorePermit = replies
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| GaveUp::Closed)?;
-            let give_way = self
-                .inner
-                .give_way
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            self.inner.holding.fetch_add(1, Ordering::SeqCst);
+            // Counted as holding from before the permit is asked for: a released permit is handed
+            // to its waiter at once, before the waiter runs, and a reply that finds it gone must
+            // already see who has it. (Under the lock, so a reply's make_way cancels exactly the
+            // token taken here, or comes before it.)
+            let give_way = {
+                let token = self
+                    .inner
+                    .give_way
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                self.inner.holding.fetch_add(1, Ordering::SeqCst);
+                token.clone()
+            };
+            let permit: Result<OwnedSemaphorePermit, _> = replies.clone().acquire_owned().await;
+            let Ok(permit) = permit else {
+                self.inner.holding.fetch_sub(1, Ordering::SeqCst);
+                return Err(GaveUp::Closed);
+            };
             let outcome = tokio::select! {
                 biased;
                 _ = give_way.cancelled() => None,
@@ -127,6 +133,36 @@ impl Housekeeping {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_summary_handed_the_permit_as_a_reply_ends_gives_way_before_it_even_runs() {
+        let gate = Housekeeping::new();
+        let permits = Arc::new(Semaphore::new(1));
+        let first_reply = permits.clone().try_acquire_owned().unwrap();
+        let task = {
+            let (gate, permits) = (gate.clone(), permits.clone());
+            tokio::spawn(async move {
+                gate.run(&permits, true, || async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                })
+                .await
+            })
+        };
+        // The summary now waits for the permit behind the first reply.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The reply ends: its permit goes straight to the waiting summary (which has not run
+        // since), and a follow-up asked at that moment finds none free.
+        drop(first_reply);
+        assert!(permits.clone().try_acquire_owned().is_err());
+        assert!(gate.make_way(), "the summary is told to give way");
+        let follow_up =
+            tokio::time::timeout(Duration::from_secs(1), permits.clone().acquire_owned())
+                .await
+                .expect("the follow-up gets the backend at once")
+                .unwrap();
+        drop(follow_up);
+        task.abort();
+    }
 
     #[tokio::test]
     async fn a_summary_gives_way_to_a_reply_and_runs_again_once_the_backend_is_free() {
