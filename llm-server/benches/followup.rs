@@ -150,7 +150,7 @@ fn main() {
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         // The first round loads each model; it is not counted.
         for round in 0..=ROUNDS {
-            for case in 0..3 {
+            for (case, times) in times.iter_mut().enumerate() {
                 let rig = if case == 2 { &off } else { &on };
                 let chat = rig.service.new_chat(None).await.expect("chat").id;
                 ask(&rig.service, chat, "Name three things to see in Paris.").await;
@@ -161,7 +161,7 @@ fn main() {
                 let follow_up = ask(&rig.service, chat, "And which one is best in the rain?").await;
                 settle(rig, chat, case != 2).await;
                 if round > 0 {
-                    times[case].push(follow_up);
+                    times.push(follow_up);
                 }
             }
         }
