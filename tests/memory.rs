@@ -1017,22 +1017,28 @@ async fn read_records_is_bounded_and_search_finds_a_word_said_before_the_compact
     );
 }
 
+/// A chat about sailing in Brittany, answered and summarised ("… north coast of Brittany …").
+async fn sailing_chat(service: &Service, dir: &Dir, stub: &Stub) -> jarvis::ChatId {
+    stub.push(Script::text("Brittany's north coast has good harbours."));
+    stub.push(Script::text(
+        "The user plans a sailing trip along the north coast of Brittany in June.",
+    ));
+    let (chat, _) = ask(
+        service,
+        None,
+        "Where should I go sailing in Brittany in June?",
+    )
+    .await;
+    summary_of(dir, chat).await;
+    chat
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_summary_is_never_recalled_and_the_next_one_starts_after_it() {
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let service = service_with_recall(&dir, &stub, &model_dir());
-    stub.push(Script::text("Brittany's north coast has good harbours."));
-    stub.push(Script::text(
-        "The user plans a sailing trip along the north coast of Brittany in June.",
-    ));
-    let (a, _) = ask(
-        &service,
-        None,
-        "Where should I go sailing in Brittany in June?",
-    )
-    .await;
-    summary_of(&dir, a).await;
+    let a = sailing_chat(&service, &dir, &stub).await;
     let related = "I want to plan a sailing trip in Brittany.";
 
     // Recalled while it exists.
@@ -1086,17 +1092,7 @@ async fn with_earlier_conversations_off_no_summary_is_written_and_none_is_recall
     // A summary from before the user turned it off.
     {
         let service = service_with_recall(&dir, &stub, &model_dir());
-        stub.push(Script::text("Brittany's north coast has good harbours."));
-        stub.push(Script::text(
-            "The user plans a sailing trip along the north coast of Brittany in June.",
-        ));
-        let (a, _) = ask(
-            &service,
-            None,
-            "Where should I go sailing in Brittany in June?",
-        )
-        .await;
-        summary_of(&dir, a).await;
+        sailing_chat(&service, &dir, &stub).await;
     }
     let mut s = settings(BackendKind::Anthropic, &stub);
     s.memory.earlier_conversations = false;

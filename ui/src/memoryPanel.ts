@@ -39,6 +39,24 @@ function source(chat: number | null, titles: Map<number, string>, when: number, 
   return line;
 }
 
+/** A Delete button that runs `action`, then lists everything again (or shows why not). */
+function deleteButton(title: string, action: () => Promise<unknown>): HTMLButtonElement {
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.className = "danger";
+  remove.textContent = "Delete";
+  remove.title = title;
+  remove.addEventListener("click", async () => {
+    try {
+      await action();
+      await refresh();
+    } catch (err) {
+      byId("memory-error").textContent = message(err);
+    }
+  });
+  return remove;
+}
+
 function summaryRow(summary: Summary, titles: Map<number, string>): HTMLLIElement {
   const li = document.createElement("li");
   li.className = "summary";
@@ -46,19 +64,9 @@ function summaryRow(summary: Summary, titles: Map<number, string>): HTMLLIElemen
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = summary.text;
-  const remove = document.createElement("button");
-  remove.type = "button";
-  remove.className = "danger";
-  remove.textContent = "Delete";
-  remove.title = "Forget this summary (the chat stays)";
-  remove.addEventListener("click", async () => {
-    try {
-      await api.deleteSummary(summary.chat);
-      await refresh();
-    } catch (err) {
-      byId("memory-error").textContent = message(err);
-    }
-  });
+  const remove = deleteButton("Forget this summary (the chat stays)", () =>
+    api.deleteSummary(summary.chat),
+  );
   li.append(text, remove, source(summary.chat, titles, summary.updated_at, "Summary of"));
   return li;
 }
@@ -83,19 +91,7 @@ function row(fact: Fact, titles: Map<number, string>): HTMLLIElement {
       byId("memory-error").textContent = message(err);
     }
   });
-  const remove = document.createElement("button");
-  remove.type = "button";
-  remove.className = "danger";
-  remove.textContent = "Delete";
-  remove.title = "Delete this fact for good";
-  remove.addEventListener("click", async () => {
-    try {
-      await api.removeFact(fact.id);
-      await refresh();
-    } catch (err) {
-      byId("memory-error").textContent = message(err);
-    }
-  });
+  const remove = deleteButton("Delete this fact for good", () => api.removeFact(fact.id));
   li.append(text, save, remove, source(fact.chat, titles, fact.created_at, "From"));
   return li;
 }
