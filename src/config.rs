@@ -317,12 +317,59 @@ pub struct ProfileSettings {
     pub rules: String,
 }
 
+/// How the orb listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenMode {
+    /// The shortcut opens the microphone while it is held.
+    #[default]
+    PushToTalk,
+    /// The voice activity detector decides.
+    HandsFree,
+    /// "Hey Jarvis" opens a conversation.
+    Wake,
+}
+
+/// How a question was asked: typed, or spoken in one of the ways the orb listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Typed in a window or terminal.
+    Typed,
+    /// Spoken with the push-to-talk shortcut.
+    PushToTalk,
+    /// Spoken hands-free.
+    HandsFree,
+    /// Spoken after the wake word.
+    Wake,
+}
+
+impl Mode {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Mode::Typed => "typed",
+            Mode::PushToTalk => "spoken, push to talk",
+            Mode::HandsFree => "spoken, hands-free",
+            Mode::Wake => "spoken, after the wake word",
+        }
+    }
+}
+
+impl From<ListenMode> for Mode {
+    fn from(mode: ListenMode) -> Mode {
+        match mode {
+            ListenMode::PushToTalk => Mode::PushToTalk,
+            ListenMode::HandsFree => Mode::HandsFree,
+            ListenMode::Wake => Mode::Wake,
+        }
+    }
+}
+
 /// The voice conversation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VoiceSettings {
     /// How the orb listens: `push_to_talk`, `hands_free` or `wake`.
-    pub mode: crate::service::ListenMode,
+    pub mode: ListenMode,
     /// Whether the voice conversation is also saved as a chat.
     pub save_conversations: bool,
     /// In wake mode, whether "Hey Jarvis" is still listened for while the orb is hidden (the tray
@@ -345,7 +392,7 @@ pub struct VoiceSettings {
 impl Default for VoiceSettings {
     fn default() -> Self {
         VoiceSettings {
-            mode: crate::service::ListenMode::PushToTalk,
+            mode: ListenMode::PushToTalk,
             save_conversations: true,
             wake_while_hidden: false,
             speech_model: SpeechModel::TinyEn,

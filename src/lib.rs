@@ -2,6 +2,7 @@
 //! the request builder. No UI framework lives here.
 
 pub mod config;
+pub mod envelope;
 pub mod llm;
 pub mod memory;
 pub mod onnx;

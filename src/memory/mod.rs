@@ -330,7 +330,7 @@ fn read(store: &Store, chat: ChatId, arguments: &Value, before: i64) -> Result<S
             r.seq,
             who(r.role),
             day(r.created_at),
-            crate::prompt::strip_envelopes(r.text.trim())
+            crate::envelope::strip_envelopes(r.text.trim())
         );
         if out.chars().count() + said.chars().count() > READ_LIMIT {
             let kept: String = said

@@ -32,7 +32,7 @@ fn paragraph(r: &crate::store::Record) -> Option<String> {
     };
     Some(format!(
         "{who}: {}\n\n",
-        crate::prompt::strip_envelopes(&r.text).trim()
+        crate::envelope::strip_envelopes(&r.text).trim()
     ))
 }
 
@@ -222,7 +222,7 @@ pub async fn complete(
             Guarded::Event(_) => {}
         }
     }
-    Ok(crate::prompt::strip_envelopes(text.trim()))
+    Ok(crate::envelope::strip_envelopes(text.trim()))
 }
 
 /// A rough token count: four characters a token.

@@ -51,39 +51,7 @@ pub fn system_prompt_with(rules: &str, facts: &[Fact], name: &str) -> String {
     system
 }
 
-/// How the question was asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Typed in a window or terminal.
-    Typed,
-    /// Spoken with the push-to-talk shortcut.
-    PushToTalk,
-    /// Spoken hands-free.
-    HandsFree,
-    /// Spoken after the wake word.
-    Wake,
-}
-
-impl Mode {
-    fn describe(self) -> &'static str {
-        match self {
-            Mode::Typed => "typed",
-            Mode::PushToTalk => "spoken, push to talk",
-            Mode::HandsFree => "spoken, hands-free",
-            Mode::Wake => "spoken, after the wake word",
-        }
-    }
-}
-
-impl From<crate::service::ListenMode> for Mode {
-    fn from(mode: crate::service::ListenMode) -> Mode {
-        match mode {
-            crate::service::ListenMode::PushToTalk => Mode::PushToTalk,
-            crate::service::ListenMode::HandsFree => Mode::HandsFree,
-            crate::service::ListenMode::Wake => Mode::Wake,
-        }
-    }
-}
+pub use crate::config::Mode;
 
 /// Where the previous answer was cut, when it was not heard whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,62 +207,7 @@ impl State {
     }
 }
 
-/// Opens the state block on the last user message.
-pub const STATE_OPEN: &str = "[Current state | provided by the app, not said by the user]";
-/// Closes it.
-pub const STATE_CLOSE: &str = "[End of current state]";
-
-/// Removes what the model may have copied from the request's envelopes into its answer: state
-/// blocks, and a leading day line or `[...] label:` prefix.
-pub fn strip_envelopes(text: &str) -> String {
-    let stripped = strip(text);
-    // Untouched text keeps its exact spacing (a stopped answer may end mid-sentence).
-    if stripped.len() == text.trim().len() {
-        text.to_string()
-    } else {
-        stripped
-    }
-}
-
-fn strip(text: &str) -> String {
-    let mut out = text.to_string();
-    while let Some(start) = out.find(STATE_OPEN) {
-        let end = out[start..]
-            .find(STATE_CLOSE)
-            .map(|e| start + e + STATE_CLOSE.len())
-            .unwrap_or(out.len());
-        out.replace_range(start..end, "");
-    }
-    let mut rest = out.trim_start();
-    while let Some(inner_end) = rest.strip_prefix('[').and_then(|r| r.find(']')) {
-        let tag = &rest[1..=inner_end];
-        let after = rest[inner_end + 2..].trim_start();
-        if tag.len() > 40 || tag.contains('\n') {
-            break;
-        }
-        // `[Thu 24 Sep] text`, `[9月24日 周四] text`, `[10:04] assistant: text`.
-        let label = after.split_once(':').filter(|(name, _)| {
-            matches!(
-                name.trim().to_lowercase().as_str(),
-                "assistant" | "jarvis" | "user" | "you"
-            )
-        });
-        let day = looks_like_day(tag);
-        match label {
-            Some((_, text)) => rest = text.trim_start(),
-            None if day => rest = after,
-            None => break,
-        }
-    }
-    rest.trim().to_string()
-}
-
-fn looks_like_day(tag: &str) -> bool {
-    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-    let english = DAYS.iter().any(|d| tag.starts_with(d)) && tag.split(' ').count() == 3;
-    let chinese = tag.contains('月') && tag.contains('日') && tag.contains('周');
-    english || chinese
-}
+pub use crate::envelope::{strip_envelopes, STATE_CLOSE, STATE_OPEN};
 
 /// The request for a reply whose history is `history` (oldest first, ending on the question):
 /// one message per record with its text alone; the first user message of each calendar day
@@ -592,23 +505,6 @@ mod tests {
         assert!(
             content.contains("当地时间: 2026年9月24日 周四 14:05 (UTC+02:00)"),
             "{content}"
-        );
-    }
-
-    #[test]
-    fn copied_envelopes_are_stripped_and_clean_text_is_left_exactly_alone() {
-        let copied =
-            format!("{STATE_OPEN}\nLocal time: x\n{STATE_CLOSE}\n[10:04] assistant: Paris.");
-        assert_eq!(strip_envelopes(&copied), "Paris.");
-        assert_eq!(strip_envelopes("[Thu 24 Sep] Paris."), "Paris.");
-        assert_eq!(
-            strip_envelopes("[1] is a citation, kept. "),
-            "[1] is a citation, kept. "
-        );
-        assert_eq!(
-            strip_envelopes("The capital "),
-            "The capital ",
-            "a stopped answer keeps its space"
         );
     }
 

@@ -94,7 +94,7 @@ impl ReplyJob {
         let (state, reason) = (outcome.state, outcome.reason.clone());
         let saved = {
             // A label or state block the model copied from the request is not kept.
-            let text = crate::prompt::strip_envelopes(&text);
+            let text = crate::envelope::strip_envelopes(&text);
             blocking(move || store.finish_reply(reply, state, &text, reason.as_deref())).await
         };
         if let Err(err) = saved {

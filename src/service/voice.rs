@@ -16,18 +16,7 @@ use crate::store::{ChatId, ReplyId};
 /// At most this many questions wait behind a running reply.
 pub const QUEUE_LIMIT: usize = 4;
 
-/// How the orb listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ListenMode {
-    /// The shortcut opens the microphone while it is held.
-    #[default]
-    PushToTalk,
-    /// The voice activity detector decides.
-    HandsFree,
-    /// "Hey Jarvis" opens a conversation.
-    Wake,
-}
+pub use crate::config::ListenMode;
 
 /// A question waiting behind the running reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,11 +27,11 @@ pub struct WaitingQuestion {
     pub text: String,
     /// How it was asked.
     #[serde(skip, default = "typed")]
-    pub mode: crate::prompt::Mode,
+    pub mode: crate::config::Mode,
 }
 
-fn typed() -> crate::prompt::Mode {
-    crate::prompt::Mode::Typed
+fn typed() -> crate::config::Mode {
+    crate::config::Mode::Typed
 }
 
 /// What a window shows of the voice conversation.

@@ -12,7 +12,7 @@ use super::stt::Transcriber;
 use super::vad::{Segment, Segmenter, SegmenterSettings};
 use super::wake::WakeDetector;
 use super::{audio, VoiceError, FRAME_MS};
-use crate::service::ListenMode;
+use crate::config::ListenMode;
 
 pub use super::vad::Utterance;
 

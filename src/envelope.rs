@@ -1,0 +1,82 @@
+//! What the app wraps around the words it sends — the state block, day lines, `[…] label:`
+//! prefixes — and how to take them off again when a model copies them into its answer. Used by
+//! the request's assembly (`prompt`), the summaries (`memory`) and the replies (`service`).
+
+/// Opens the state block on the last user message.
+pub const STATE_OPEN: &str = "[Current state | provided by the app, not said by the user]";
+/// Closes it.
+pub const STATE_CLOSE: &str = "[End of current state]";
+
+/// Removes what the model may have copied from the request's envelopes into its answer: state
+/// blocks, and a leading day line or `[...] label:` prefix.
+pub fn strip_envelopes(text: &str) -> String {
+    let stripped = strip(text);
+    // Untouched text keeps its exact spacing (a stopped answer may end mid-sentence).
+    if stripped.len() == text.trim().len() {
+        text.to_string()
+    } else {
+        stripped
+    }
+}
+
+fn strip(text: &str) -> String {
+    let mut out = text.to_string();
+    while let Some(start) = out.find(STATE_OPEN) {
+        let end = out[start..]
+            .find(STATE_CLOSE)
+            .map(|e| start + e + STATE_CLOSE.len())
+            .unwrap_or(out.len());
+        out.replace_range(start..end, "");
+    }
+    let mut rest = out.trim_start();
+    while let Some(inner_end) = rest.strip_prefix('[').and_then(|r| r.find(']')) {
+        let tag = &rest[1..=inner_end];
+        let after = rest[inner_end + 2..].trim_start();
+        if tag.len() > 40 || tag.contains('\n') {
+            break;
+        }
+        // `[Thu 24 Sep] text`, `[9月24日 周四] text`, `[10:04] assistant: text`.
+        let label = after.split_once(':').filter(|(name, _)| {
+            matches!(
+                name.trim().to_lowercase().as_str(),
+                "assistant" | "jarvis" | "user" | "you"
+            )
+        });
+        let day = looks_like_day(tag);
+        match label {
+            Some((_, text)) => rest = text.trim_start(),
+            None if day => rest = after,
+            None => break,
+        }
+    }
+    rest.trim().to_string()
+}
+
+fn looks_like_day(tag: &str) -> bool {
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    let english = DAYS.iter().any(|d| tag.starts_with(d)) && tag.split(' ').count() == 3;
+    let chinese = tag.contains('月') && tag.contains('日') && tag.contains('周');
+    english || chinese
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copied_envelopes_are_stripped_and_clean_text_is_left_exactly_alone() {
+        let copied =
+            format!("{STATE_OPEN}\nLocal time: x\n{STATE_CLOSE}\n[10:04] assistant: Paris.");
+        assert_eq!(strip_envelopes(&copied), "Paris.");
+        assert_eq!(strip_envelopes("[Thu 24 Sep] Paris."), "Paris.");
+        assert_eq!(
+            strip_envelopes("[1] is a citation, kept. "),
+            "[1] is a citation, kept. "
+        );
+        assert_eq!(
+            strip_envelopes("The capital "),
+            "The capital ",
+            "a stopped answer keeps its space"
+        );
+    }
+}
