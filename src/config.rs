@@ -72,6 +72,21 @@ impl BackendKind {
             BackendKind::Local => "local",
         }
     }
+
+    /// The variable (in the environment, or as the OS keyring's user) holding this backend's API
+    /// key; none for the local model. The one place the names are spelled.
+    pub fn key_var(self) -> Option<&'static str> {
+        match self {
+            BackendKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            BackendKind::Openai => Some("OPENAI_API_KEY"),
+            BackendKind::Local => None,
+        }
+    }
+
+    /// [`Self::key_var`] of a backend that has one.
+    pub(crate) fn key_var_of(self) -> &'static str {
+        self.key_var().unwrap_or_default()
+    }
 }
 
 impl fmt::Display for BackendKind {
@@ -819,12 +834,17 @@ pub fn find_key(
 }
 
 /// The keys Jarvis knows, by variable name.
-pub const KEY_VARS: [&str; 2] = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
+pub fn key_vars() -> [&'static str; 2] {
+    [
+        BackendKind::Anthropic.key_var_of(),
+        BackendKind::Openai.key_var_of(),
+    ]
+}
 
 /// Why a key could not be stored or removed.
 #[derive(Debug, Error)]
 pub enum KeyringError {
-    /// Not one of [`KEY_VARS`].
+    /// Not one of [`key_vars`].
     #[error("{0} is not a key Jarvis uses; use one of ANTHROPIC_API_KEY, OPENAI_API_KEY")]
     UnknownKey(String),
     /// An empty key.
@@ -836,7 +856,7 @@ pub enum KeyringError {
 }
 
 fn entry(var: &str) -> Result<keyring::Entry, KeyringError> {
-    if !KEY_VARS.contains(&var) {
+    if !key_vars().contains(&var) {
         return Err(KeyringError::UnknownKey(var.to_string()));
     }
     keyring::Entry::new(KEYRING_SERVICE, var).map_err(|e| KeyringError::Unavailable(e.to_string()))

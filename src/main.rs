@@ -736,10 +736,14 @@ async fn doctor(config: &Config) -> Result<ExitCode> {
         }
     }
     let remote = match s.backend {
-        BackendKind::Anthropic => Some((s.anthropic.base_url.as_str(), "ANTHROPIC_API_KEY", true)),
+        BackendKind::Anthropic => Some((
+            s.anthropic.base_url.as_str(),
+            s.backend.key_var().unwrap_or_default(),
+            true,
+        )),
         BackendKind::Openai => Some((
             s.openai.base_url.as_str(),
-            "OPENAI_API_KEY",
+            s.backend.key_var().unwrap_or_default(),
             s.openai.requires_key,
         )),
         BackendKind::Local => None,

@@ -45,14 +45,6 @@ struct Endpoint {
     base_url: Option<String>,
 }
 
-fn key_var(kind: BackendKind) -> Option<&'static str> {
-    match kind {
-        BackendKind::Anthropic => Some("ANTHROPIC_API_KEY"),
-        BackendKind::Openai => Some("OPENAI_API_KEY"),
-        BackendKind::Local => None,
-    }
-}
-
 fn key_source(var: &str) -> Option<String> {
     config::find_key(var, &env).map(|(_, source)| source.to_string())
 }
@@ -75,8 +67,8 @@ impl SettingsView {
                 model: s.local.model.clone(),
                 base_url: None,
             },
-            anthropic_key: key_source("ANTHROPIC_API_KEY"),
-            openai_key: key_source("OPENAI_API_KEY"),
+            anthropic_key: BackendKind::Anthropic.key_var().and_then(key_source),
+            openai_key: BackendKind::Openai.key_var().and_then(key_source),
             shortcut: s.desktop.shortcut.clone(),
             save_conversations: s.voice.save_conversations,
             wake_while_hidden: s.voice.wake_while_hidden,
@@ -164,7 +156,7 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         }
     }
     if let (Some(var), Some(key)) = (
-        key_var(form.backend),
+        form.backend.key_var(),
         form.api_key.as_deref().filter(|k| !k.trim().is_empty()),
     ) {
         config::store_key(var, &SecretString::from(key.trim().to_string()))

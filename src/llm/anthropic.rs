@@ -30,7 +30,10 @@ impl Anthropic {
         concurrency: usize,
     ) -> Result<Self, BackendError> {
         let mut headers = HeaderMap::new();
-        headers.insert("x-api-key", secret_header(&key, "", "ANTHROPIC_API_KEY")?);
+        headers.insert(
+            "x-api-key",
+            secret_header(&key, "", BackendKind::Anthropic.key_var_of())?,
+        );
         let version = HeaderValue::from_str(&settings.version)
             .map_err(|_| BackendError::BadVersion(settings.version.clone()))?;
         headers.insert("anthropic-version", version);

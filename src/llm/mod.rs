@@ -371,11 +371,10 @@ pub fn from_config(
     let concurrency = s.replies.max_concurrent.max(1);
     match s.backend {
         BackendKind::Anthropic => {
-            let (key, _) = crate::config::find_key("ANTHROPIC_API_KEY", env).ok_or(
-                BackendError::MissingKey {
-                    var: "ANTHROPIC_API_KEY",
-                },
-            )?;
+            let (key, _) = crate::config::find_key(BackendKind::Anthropic.key_var_of(), env)
+                .ok_or(BackendError::MissingKey {
+                    var: BackendKind::Anthropic.key_var_of(),
+                })?;
             Ok(Arc::new(anthropic::Anthropic::new(
                 s.anthropic.clone(),
                 key,
@@ -384,10 +383,11 @@ pub fn from_config(
             )?))
         }
         BackendKind::Openai => {
-            let key = crate::config::find_key("OPENAI_API_KEY", env).map(|(k, _)| k);
+            let key =
+                crate::config::find_key(BackendKind::Openai.key_var_of(), env).map(|(k, _)| k);
             if s.openai.requires_key && key.is_none() {
                 return Err(BackendError::MissingKey {
-                    var: "OPENAI_API_KEY",
+                    var: BackendKind::Openai.key_var_of(),
                 });
             }
             // A keyless server never receives the user's OpenAI key.

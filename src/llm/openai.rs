@@ -35,7 +35,7 @@ impl OpenAi {
         if let Some(key) = &key {
             headers.insert(
                 AUTHORIZATION,
-                secret_header(key, "Bearer ", "OPENAI_API_KEY")?,
+                secret_header(key, "Bearer ", BackendKind::Openai.key_var_of())?,
             );
         }
         Ok(OpenAi {

@@ -60,13 +60,13 @@ pub fn preview(
     let (url, headers, body) = match s.backend {
         BackendKind::Anthropic => (
             llm::anthropic::url(&s.anthropic.base_url),
-            serde_json::json!({"x-api-key": key_header("ANTHROPIC_API_KEY"), "anthropic-version": s.anthropic.version}),
+            serde_json::json!({"x-api-key": key_header(BackendKind::Anthropic.key_var_of()), "anthropic-version": s.anthropic.version}),
             llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)?),
         ),
         BackendKind::Openai => (
             llm::openai::url(&s.openai.base_url),
             if s.openai.requires_key {
-                serde_json::json!({"authorization": format!("Bearer {}", key_header("OPENAI_API_KEY"))})
+                serde_json::json!({"authorization": format!("Bearer {}", key_header(BackendKind::Openai.key_var_of()))})
             } else {
                 serde_json::json!({})
             },
