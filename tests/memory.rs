@@ -569,6 +569,34 @@ async fn stop_during_compaction_ends_the_reply_at_once_and_leaves_the_chat_as_it
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_reply_keeps_its_lease_while_a_slow_compaction_runs() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let stalled = Script::text("").ending_after(0, jarvis_stub::Ending::Stall);
+    let (service, chat) = chat_due_for_compaction(&stub, &dir, 120.0, stalled).await;
+    let reply = service.ask(chat, "And Madrid?").await.unwrap();
+    received_at_least(&stub, 3).await;
+    let lease = || -> i64 {
+        rusqlite::Connection::open(dir.db())
+            .unwrap()
+            .query_row(
+                "SELECT lease_until FROM replies WHERE id = ?1",
+                [reply.0],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    let before = lease();
+    // The heartbeat is a third of the lease (15 s): one beat falls within 6 s.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert!(
+        lease() > before,
+        "renewed while compacting, so no other process takes the reply for dead"
+    );
+    assert!(service.stop(chat).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_compaction_call_ends_in_its_named_timeout_and_the_answer_comes_from_the_whole_chat(
 ) {
     let stub = Stub::start().await.unwrap();
