@@ -37,6 +37,9 @@ pub struct AppState {
     pub voice_levels: tokio::sync::watch::Sender<jarvis::voice::pipeline::Levels>,
     /// Counts voice loop starts, so only the newest loop reports its problems.
     voice_starts: std::sync::atomic::AtomicU64,
+    /// Counts what was asked of the voice loop to say (Play, Read aloud), so that a restart
+    /// waiting for quiet does not drop a replay asked for just before it would have begun.
+    pub voice_asked: std::sync::atomic::AtomicU64,
     /// The service's recall (its embedder and summary index), shared with "What the model sees".
     pub recall: Option<Arc<jarvis::memory::recall::Recall>>,
 }
@@ -259,6 +262,7 @@ pub fn run() -> anyhow::Result<()> {
         voice_problem: tokio::sync::watch::Sender::new(None),
         voice_levels: tokio::sync::watch::Sender::new(Default::default()),
         voice_starts: std::sync::atomic::AtomicU64::new(0),
+        voice_asked: std::sync::atomic::AtomicU64::new(0),
         recall,
     };
 

@@ -339,6 +339,9 @@ async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<(
         .unwrap_or_else(|_| Err("the voice loop is not running".into()));
     match voice {
         Ok(voice) => {
+            state
+                .voice_asked
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             voice.replay(reply).await;
             Ok(())
         }

@@ -197,15 +197,21 @@ pub async fn save(app: &AppHandle, state: &AppState, form: SettingsForm) -> anyh
         let app = app.clone();
         let mut status = state.service.voice_status();
         tauri::async_runtime::spawn(async move {
+            use std::sync::atomic::Ordering;
+            use tauri::Manager;
+            let asked = || app.state::<AppState>().voice_asked.load(Ordering::SeqCst);
             // Idle means no reply and no voice playing; it must hold a moment, since the last
-            // sentence is spoken just after the reply's text ends.
+            // sentence is spoken just after the reply's text ends — and nothing may have been
+            // asked to be said meanwhile (a replay shows as speaking only once its first
+            // sentence is made).
             loop {
                 let idle = |s: &jarvis::service::VoiceStatus| s.replying.is_none() && !s.speaking;
                 if status.wait_for(idle).await.is_err() {
                     return;
                 }
+                let before = asked();
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                if idle(&status.borrow_and_update()) {
+                if idle(&status.borrow_and_update()) && asked() == before {
                     break;
                 }
             }
