@@ -197,12 +197,17 @@ impl ReplyJob {
                 _ = self.cancel.cancelled() => return None,
                 permit = &mut acquire => return self.running(permit.ok()?).await,
                 _ = heartbeat.tick() => {
-                    let (store, reply) = (self.store.clone(), self.reply);
-                    if let Err(err) = blocking(move || store.renew_lease(reply)).await {
-                        tracing::warn!(%err, "could not renew a reply's lease");
-                    }
+                    self.renew_lease().await;
                 }
             }
+        }
+    }
+
+    /// Renews the reply's lease, so no other process takes it for dead while it waits.
+    async fn renew_lease(&self) {
+        let (store, reply) = (self.store.clone(), self.reply);
+        if let Err(err) = blocking(move || store.renew_lease(reply)).await {
+            tracing::warn!(%err, "could not renew a reply's lease");
         }
     }
 
@@ -399,10 +404,7 @@ impl ReplyJob {
                 _ = self.cancel.cancelled() => return Ok(Compacted::Stopped),
                 done = &mut call => break done.map_err(|e| e.to_string())?,
                 _ = heartbeat.tick() => {
-                    let (store, reply) = (self.store.clone(), self.reply);
-                    if let Err(err) = blocking(move || store.renew_lease(reply)).await {
-                        tracing::warn!(%err, "could not renew a reply's lease");
-                    }
+                    self.renew_lease().await;
                 }
             }
         };
