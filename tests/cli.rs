@@ -453,8 +453,33 @@ async fn request_prints_exactly_what_the_model_would_get_and_sends_nothing() {
         .ends_with("[End of current state]\n\nand a second"));
     // Nothing was sent or stored.
     assert_eq!(stub.received().len(), 1);
-    let (_, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
-    assert!(!shown.contains("and a second"));
+    let (_, shown_chat, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert!(!shown_chat.contains("and a second"));
+
+    // They are the backend's own headers: a real request carries each of them (the key aside).
+    let (code, _, stderr) = output(
+        jarvis(&dir)
+            .env("JARVIS_BACKEND", "anthropic")
+            .env("ANTHROPIC_BASE_URL", stub.anthropic_url())
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(["ask", "--chat", "1", "and", "a", "real", "one"]),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let sent = stub.received().last().unwrap().headers.clone();
+    let headers = shown["headers"].as_object().unwrap();
+    assert!(headers.contains_key("anthropic-version"), "{headers:?}");
+    for (name, value) in headers {
+        let carried = sent
+            .get(name.as_str())
+            .map(|v| v.to_str().unwrap().to_string());
+        let expected = if name == "x-api-key" {
+            KEY
+        } else {
+            value.as_str().unwrap()
+        };
+        assert_eq!(carried.as_deref(), Some(expected), "header {name}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

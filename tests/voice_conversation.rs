@@ -598,6 +598,7 @@ async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_l
     let mut s = settings(BackendKind::Openai, &stub);
     s.voice.mode = ListenMode::Wake;
     let service = service(&dir, s);
+    let mut signals = service.voice_signals();
     let mut orb = Orb::attach(&service).await;
     service.set_listening(true).await.unwrap();
     service.set_awake(true).await.unwrap();
@@ -610,7 +611,15 @@ async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_l
     assert_eq!(status.replying, Some(reply));
     let status = orb.status_until(|s| s.chat.is_none()).await;
     assert!(status.listening, "still listening for the wake word");
-    assert_eq!(status.stops, 0, "nothing was cut: its voice plays out");
+    let mut sent = Vec::new();
+    while let Ok(signal) = signals.try_recv() {
+        sent.push(signal);
+    }
+    assert_eq!(
+        sent,
+        [jarvis::service::VoiceSignal::Listen],
+        "nothing was cut: its voice plays out"
+    );
     let stored = dir.store().reply(reply).unwrap().unwrap();
     assert_eq!(
         stored.state,

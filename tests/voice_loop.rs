@@ -832,7 +832,12 @@ async fn stop_stays_within_reach_while_its_voice_plays_on_after_the_text_and_cut
     assert_eq!(rig.service.stop_all().await.unwrap(), 0, "no reply runs");
     rig.until("quiet", |s| !s.speaking).await;
     assert!(!rig.recorder.is_playing(), "its voice was cut");
-    assert!(!rig.service.activity().borrow().can_stop());
+    // (The activity follows the status a moment later: the tray's Stop greys out then.)
+    let mut activity = rig.service.activity();
+    tokio::time::timeout(LIMIT, activity.wait_for(|a| !a.can_stop()))
+        .await
+        .expect("Stop reply greys out once the voice is cut")
+        .unwrap();
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Done);
     let heard = stored.heard.expect("the cut is recorded");

@@ -2,14 +2,14 @@
 //! attach commands start a forwarding task that ends when the window detaches.
 
 use jarvis::service::{Activity, ListenMode, VoiceTicket, VoiceUpdate};
+use jarvis::session::{AppInfo, Asked, SettingsForm, SettingsView};
 use jarvis::store::{Chat, Record};
 use jarvis::{ChatId, Event, ReplyId};
 use serde::Serialize;
 use tauri::ipc::Channel;
-use tauri::{AppHandle, State, WebviewWindow};
+use tauri::{AppHandle, Emitter, Manager, State, WebviewWindow};
 
-use crate::app::AppState;
-use crate::settings::{SettingsForm, SettingsView};
+use crate::state::AppState;
 use crate::windows::{self, CHAT, ORB};
 
 /// What a page sees of a failed command: the message, whole.
@@ -72,29 +72,10 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
     ]
 }
 
-#[derive(Serialize)]
-pub struct AppInfo {
-    backend: String,
-    model: String,
-    theme: jarvis::config::Theme,
-    /// What to fix, when something is wrong with the settings or the backend.
-    problem: Option<String>,
-}
-
 #[tauri::command]
 fn app_info(window: WebviewWindow, state: State<'_, AppState>) -> AppInfo {
     crate::milestone_at(&format!("{} page asked for app_info", window.label()));
-    let settings = state.settings();
-    AppInfo {
-        backend: settings.backend.to_string(),
-        model: settings.model().to_string(),
-        theme: settings.desktop.theme,
-        problem: state
-            .problem
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone(),
-    }
+    state.session.app_info()
 }
 
 #[tauri::command]
@@ -103,8 +84,33 @@ async fn list_chats(app: AppHandle, state: State<'_, AppState>) -> Res<Vec<Chat>
     // The chat page lists the chats last in its start-up: from here it is usable.
     static READY: std::sync::Once = std::sync::Once::new();
     crate::milestone("chat window ready", &READY);
-    crate::app::chat_window_ready(&app);
+    chat_window_ready(&app);
     Ok(chats)
+}
+
+/// Once the chat window is usable: the orb is made, the shortcut registered and the voice loop
+/// started. The first two hold the main thread (a new webview starts its WebKit process;
+/// grabbing a key takes ~100 ms), on which the chat page's first calls wait: done during
+/// start-up they delayed the chat window by 0.5 s each (measured).
+fn chat_window_ready(app: &AppHandle) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let handle = app.clone();
+        let _ = app.run_on_main_thread(move || windows::create_orb(&handle));
+        let handle = app.clone();
+        tauri::async_runtime::spawn_blocking(move || {
+            let state = handle.state::<AppState>();
+            let shortcut = state.session.settings().desktop.shortcut;
+            let registered = crate::shortcut::register(&handle, &shortcut);
+            crate::milestone_at("shortcut registered");
+            if let Err(err) = registered {
+                tracing::warn!("{err:#}");
+                state.session.report_problem(format!("{err:#}"));
+            }
+        });
+        let session = app.state::<AppState>().session.clone();
+        tauri::async_runtime::spawn(async move { session.start_voice().await });
+    });
 }
 
 #[tauri::command]
@@ -137,24 +143,10 @@ async fn chat_records(state: State<'_, AppState>, chat: ChatId) -> Res<Vec<Recor
     Ok(state.service.records(chat).await?)
 }
 
-#[derive(Serialize)]
-pub struct Asked {
-    chat: ChatId,
-    reply: ReplyId,
-}
-
 /// Asks in `chat`, or in a new chat when none is given (the first question names it).
 #[tauri::command]
 async fn ask(state: State<'_, AppState>, chat: Option<ChatId>, text: String) -> Res<Asked> {
-    if text.trim().is_empty() {
-        return Err(anyhow::anyhow!("the question is empty").into());
-    }
-    let chat = match chat {
-        Some(chat) => chat,
-        None => state.service.new_chat(None).await?.id,
-    };
-    let reply = state.service.ask(chat, text).await?;
-    Ok(Asked { chat, reply })
+    Ok(state.session.ask(chat, text).await?)
 }
 
 #[tauri::command]
@@ -210,7 +202,7 @@ async fn watch_activity(
 
 #[tauri::command]
 fn get_settings(state: State<'_, AppState>) -> SettingsView {
-    SettingsView::of(&state)
+    state.session.view()
 }
 
 #[tauri::command]
@@ -219,25 +211,20 @@ async fn save_settings(
     state: State<'_, AppState>,
     form: SettingsForm,
 ) -> Res<SettingsView> {
-    crate::settings::save(&app, &state, form).await?;
-    Ok(SettingsView::of(&state))
+    crate::shortcut::parse(form.shortcut.trim())?;
+    let applied = state.session.apply(form).await?;
+    if let Some(shortcut) = &applied.shortcut {
+        crate::shortcut::register(&app, shortcut)?;
+    }
+    let _ = app.emit("theme-changed", applied.theme);
+    Ok(state.session.view())
 }
 
 /// The microphones Settings offers: the system's input devices, the default first.
-#[derive(Serialize)]
-pub struct MicrophoneList {
-    default: Option<String>,
-    names: Vec<String>,
-}
-
 #[tauri::command]
-async fn microphones() -> Res<MicrophoneList> {
+async fn microphones() -> Res<jarvis::voice::device::Microphones> {
     // The sound server is asked on a thread of its own: it may take a moment.
-    let found = tauri::async_runtime::spawn_blocking(jarvis::voice::device::microphones).await??;
-    Ok(MicrophoneList {
-        default: found.default,
-        names: found.names,
-    })
+    Ok(tauri::async_runtime::spawn_blocking(jarvis::voice::device::microphones).await??)
 }
 
 /// Opens a link of a reply in the system browser, never in the webview.
@@ -314,12 +301,7 @@ async fn orb_set_mode(state: State<'_, AppState>, mode: ListenMode) -> Res<()> {
 /// the mark.
 #[tauri::command]
 async fn orb_acknowledge(state: State<'_, AppState>) -> Res<()> {
-    let away = state.service.voice_status().borrow().answered_away;
-    let voice = state.voice.lock().map(|v| v.clone().ok()).unwrap_or(None);
-    if let (Some(reply), Some(voice)) = (away, voice) {
-        voice.replay(reply).await;
-    }
-    Ok(state.service.acknowledge_answer().await?)
+    Ok(state.session.voice().acknowledge().await?)
 }
 
 /// Try again in the orb: the voice conversation's failed or interrupted question, once more.
@@ -332,21 +314,12 @@ async fn orb_retry(state: State<'_, AppState>) -> Res<jarvis::ReplyId> {
 /// loop; the history is unchanged.
 #[tauri::command]
 async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
-    let voice = state
-        .voice
-        .lock()
-        .map(|v| v.clone())
-        .unwrap_or_else(|_| Err("the voice loop is not running".into()));
-    match voice {
-        Ok(voice) => {
-            state
-                .voice_asked
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            voice.replay(reply).await;
-            Ok(())
-        }
-        Err(problem) => Err(anyhow::anyhow!("Jarvis cannot speak: {problem}").into()),
-    }
+    state
+        .session
+        .voice()
+        .replay(reply)
+        .await
+        .map_err(|problem| anyhow::anyhow!("Jarvis cannot speak: {problem}").into())
 }
 
 /// Switches the microphone on or off in hands-free and wake modes. Refused, with the reason,
@@ -354,12 +327,7 @@ async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<(
 #[tauri::command]
 async fn orb_listen(state: State<'_, AppState>, on: bool) -> Res<()> {
     if on {
-        let ready = state
-            .voice
-            .lock()
-            .map(|v| v.clone().map(|_| ()))
-            .unwrap_or(Ok(()));
-        if let Err(problem) = ready {
+        if let Err(problem) = state.session.voice().can_listen() {
             return Err(anyhow::anyhow!("Jarvis cannot listen: {problem}").into());
         }
     }
@@ -373,7 +341,7 @@ fn orb_problems(
     state: State<'_, AppState>,
     on_problem: Channel<Option<String>>,
 ) -> Res<()> {
-    let problems = state.voice_problem.subscribe();
+    let problems = state.session.voice().problems();
     forward_watch(
         &state,
         window.label(),
@@ -415,7 +383,7 @@ fn orb_levels(
     state: State<'_, AppState>,
     on_levels: Channel<jarvis::voice::pipeline::Levels>,
 ) -> Res<()> {
-    let levels = state.voice_levels.subscribe();
+    let levels = state.session.voice().levels();
     forward_watch(&state, window.label(), "voice levels", levels, on_levels);
     Ok(())
 }
@@ -428,27 +396,23 @@ fn orb_hide(app: AppHandle) {
 /// The facts Jarvis remembers (the Memory panel).
 #[tauri::command]
 async fn list_facts(state: State<'_, AppState>) -> Res<Vec<jarvis::store::Fact>> {
-    let store = state.service.store().clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || store.facts()).await??)
+    Ok(state.service.facts().await?)
 }
 
 #[tauri::command]
 async fn add_fact(state: State<'_, AppState>, text: String) -> Res<jarvis::store::Fact> {
-    let store = state.service.store().clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || store.add_fact(&text, None)).await??)
+    Ok(state.service.add_fact(text).await?)
 }
 
 #[tauri::command]
 async fn edit_fact(state: State<'_, AppState>, id: i64, text: String) -> Res<jarvis::store::Fact> {
-    let store = state.service.store().clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || store.edit_fact(id, &text)).await??)
+    Ok(state.service.edit_fact(id, text).await?)
 }
 
 /// Deletes a fact for real.
 #[tauri::command]
 async fn remove_fact(state: State<'_, AppState>, id: i64) -> Res<()> {
-    let store = state.service.store().clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || store.remove_fact(id)).await??)
+    Ok(state.service.remove_fact(id).await?)
 }
 
 /// The summaries of earlier conversations Jarvis may recall (the Memory panel).
@@ -466,7 +430,7 @@ async fn delete_summary(state: State<'_, AppState>, chat: i64) -> Res<bool> {
 /// Turns "Use earlier conversations" on or off.
 #[tauri::command]
 async fn set_earlier_conversations(state: State<'_, AppState>, on: bool) -> Res<()> {
-    Ok(crate::settings::set_earlier_conversations(&state, on).await?)
+    Ok(state.session.set_earlier_conversations(on).await?)
 }
 
 /// What the model would be sent for `text` in `chat` (keys redacted): the same as
@@ -477,23 +441,5 @@ async fn chat_request(
     chat: Option<i64>,
     text: String,
 ) -> Res<serde_json::Value> {
-    let config = state
-        .config
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let store = state.service.store().clone();
-    let mut options = jarvis::ServiceOptions::from_settings(&config.settings);
-    options.recall = state.recall.clone();
-    Ok(tauri::async_runtime::spawn_blocking(move || {
-        jarvis::prompt::preview(
-            &config,
-            &store,
-            &options,
-            chat.map(ChatId),
-            &text,
-            &crate::app::env,
-        )
-    })
-    .await??)
+    Ok(state.session.preview(chat.map(ChatId), text).await?)
 }

@@ -5,8 +5,8 @@
 
 mod app;
 mod commands;
-mod settings;
 mod shortcut;
+mod state;
 mod tray;
 mod windows;
 

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use tauri::{AppHandle, Manager, Runtime};
 use tauri_plugin_global_shortcut::{GlobalShortcutExt, Shortcut, ShortcutState};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::windows::{self, ORB};
 
 pub fn plugin() -> tauri::plugin::TauriPlugin<tauri::Wry> {

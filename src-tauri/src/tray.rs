@@ -6,7 +6,7 @@ use tauri::tray::TrayIconBuilder;
 use tauri::{AppHandle, Emitter, Manager, Wry};
 use tauri_plugin_dialog::{DialogExt, MessageDialogButtons, MessageDialogKind};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::windows::{self, CHAT, ORB};
 
 /// What the tray menu (or a second start) asks for.

@@ -4,7 +4,7 @@
 
 use tauri::{AppHandle, Emitter, Manager, Window, WindowEvent};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 pub const CHAT: &str = "chat";
 pub const ORB: &str = "orb";

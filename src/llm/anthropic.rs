@@ -29,21 +29,29 @@ impl Anthropic {
         timeouts: &Timeouts,
         concurrency: usize,
     ) -> Result<Self, BackendError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            "x-api-key",
-            secret_header(&key, "", BackendKind::Anthropic.key_var_of())?,
-        );
-        let version = HeaderValue::from_str(&settings.version)
-            .map_err(|_| BackendError::BadVersion(settings.version.clone()))?;
-        headers.insert("anthropic-version", version);
         Ok(Anthropic {
             transport: Transport::new(timeouts)?,
+            headers: headers(&settings, &key)?,
             settings,
-            headers,
             concurrency,
         })
     }
+}
+
+/// The headers every request carries: the key (only here) and the API version.
+pub fn headers(
+    settings: &AnthropicSettings,
+    key: &SecretString,
+) -> Result<HeaderMap, BackendError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-api-key",
+        secret_header(key, "", BackendKind::Anthropic.key_var_of())?,
+    );
+    let version = HeaderValue::from_str(&settings.version)
+        .map_err(|_| BackendError::BadVersion(settings.version.clone()))?;
+    headers.insert("anthropic-version", version);
+    Ok(headers)
 }
 
 /// Where Messages API requests go for a base URL.

@@ -31,21 +31,26 @@ impl OpenAi {
         timeouts: &Timeouts,
         concurrency: usize,
     ) -> Result<Self, BackendError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &key {
-            headers.insert(
-                AUTHORIZATION,
-                secret_header(key, "Bearer ", BackendKind::Openai.key_var_of())?,
-            );
-        }
         Ok(OpenAi {
             kind,
             transport: Transport::new(timeouts)?,
             settings,
-            headers,
+            headers: headers(key.as_ref())?,
             concurrency,
         })
     }
+}
+
+/// The headers every request carries: the key as a bearer token, when there is one.
+pub fn headers(key: Option<&SecretString>) -> Result<HeaderMap, BackendError> {
+    let mut headers = HeaderMap::new();
+    if let Some(key) = key {
+        headers.insert(
+            AUTHORIZATION,
+            secret_header(key, "Bearer ", BackendKind::Openai.key_var_of())?,
+        );
+    }
+    Ok(headers)
 }
 
 /// Where chat-completion requests go for a base URL.

@@ -35,9 +35,26 @@ pub fn preview(
         Some(id) => store.last_reply(id)?,
         None => None,
     };
-    let key_header = |var: &str| match config::find_key(var, env) {
-        Some(_) => "<redacted>".to_string(),
-        None => format!("<missing: set {var}>"),
+    // The key's place holds what it would be: redacted, or missing.
+    let placeholder = |kind: BackendKind| {
+        let var = kind.key_var_of();
+        secrecy::SecretString::from(match config::find_key(var, env) {
+            Some(_) => "<redacted>".to_string(),
+            None => format!("<missing: set {var}>"),
+        })
+    };
+    // The backend's own headers, as a request would carry them.
+    let shown = |headers: Result<reqwest::header::HeaderMap, llm::BackendError>| match headers {
+        Ok(headers) => serde_json::Value::Object(
+            headers
+                .iter()
+                .map(|(name, value)| {
+                    let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                    (name.to_string(), serde_json::Value::String(value))
+                })
+                .collect(),
+        ),
+        Err(err) => serde_json::json!({ "error": err.to_string() }),
     };
     let build = |model: &str, max_tokens: u32| {
         crate::prompt::assemble(
@@ -60,16 +77,20 @@ pub fn preview(
     let (url, headers, body) = match s.backend {
         BackendKind::Anthropic => (
             llm::anthropic::url(&s.anthropic.base_url),
-            serde_json::json!({"x-api-key": key_header(BackendKind::Anthropic.key_var_of()), "anthropic-version": s.anthropic.version}),
+            shown(llm::anthropic::headers(
+                &s.anthropic,
+                &placeholder(BackendKind::Anthropic),
+            )),
             llm::anthropic::body(&build(&s.anthropic.model, s.anthropic.max_tokens)?),
         ),
         BackendKind::Openai => (
             llm::openai::url(&s.openai.base_url),
-            if s.openai.requires_key {
-                serde_json::json!({"authorization": format!("Bearer {}", key_header(BackendKind::Openai.key_var_of()))})
-            } else {
-                serde_json::json!({})
-            },
+            shown(llm::openai::headers(
+                s.openai
+                    .requires_key
+                    .then(|| placeholder(BackendKind::Openai))
+                    .as_ref(),
+            )),
             llm::openai::body(&build(&s.openai.model, s.openai.max_tokens)?, &s.openai),
         ),
         BackendKind::Local => {
@@ -78,7 +99,7 @@ pub fn preview(
                 llm::local::wire_settings(&s.local, &model, "http://127.0.0.1:<port>/v1".into());
             (
                 llm::openai::url(&wire.base_url),
-                serde_json::json!({}),
+                shown(llm::openai::headers(None)),
                 llm::openai::body(&build(&wire.model, wire.max_tokens)?, &wire),
             )
         }

@@ -12,8 +12,9 @@ use crate::store::{ChatId, RecordId, Reply, ReplyId, ReplyState};
 pub const WAITING_MESSAGE: &str = "Waiting for the reply in another chat to finish…";
 
 /// What happens to a reply; the same stream for the CLI, the windows and tests.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[ts(rename = "ReplyEvent")]
 pub enum Event {
     /// A reply to `question` began.
     ReplyStarted {

@@ -15,14 +15,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use actions::{ActionGuard, Actions};
 pub use events::{Attachment, Event, WAITING_MESSAGE};
 pub use housekeeping::Housekeeping;
 pub use voice::{
-    ListenMode, VoiceAttachment, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate,
+    ListenMode, VoiceAttachment, VoiceNotice, VoiceSignal, VoiceStatus, VoiceTicket, VoiceUpdate,
     WaitingQuestion, QUEUE_LIMIT,
 };
 
@@ -185,47 +184,8 @@ pub(crate) enum Command {
         chat: ChatId,
         reply: ReplyId,
     },
-    VoiceAsk {
-        text: String,
-        mode: Mode,
-        respond: oneshot::Sender<Result<VoiceTicket, AskError>>,
-    },
-    VoiceRetry {
-        respond: oneshot::Sender<Result<ReplyId, AskError>>,
-    },
-    VoiceRemove {
-        id: u64,
-        respond: oneshot::Sender<bool>,
-    },
-    VoiceSubscribe {
-        respond: oneshot::Sender<watch::Receiver<VoiceStatus>>,
-    },
-    VoiceStop {
-        respond: oneshot::Sender<bool>,
-    },
-    VoiceEnd {
-        respond: oneshot::Sender<bool>,
-    },
-    VoiceMode {
-        mode: ListenMode,
-    },
-    Listening {
-        on: bool,
-    },
-    Awake {
-        awake: bool,
-    },
-    Goodbye,
-    Speaking {
-        on: bool,
-    },
-    PushToTalk {
-        pressed: bool,
-    },
-    OrbShown {
-        shown: bool,
-    },
-    Acknowledge,
+    /// The voice conversation's commands.
+    Voice(voice::VoiceCommand),
     StopAll {
         respond: oneshot::Sender<usize>,
     },
@@ -236,7 +196,7 @@ pub(crate) enum Command {
 }
 
 /// What is going on, for menus and lists that enable, disable or mark things.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
 pub struct Activity {
     /// Chats with a reply being written (waiting or running), in this process.
     pub replying: Vec<ChatId>,
@@ -277,6 +237,7 @@ pub struct Service {
 struct VoiceHandles {
     status: watch::Receiver<VoiceStatus>,
     notices: tokio::sync::broadcast::Sender<VoiceNotice>,
+    signals: tokio::sync::broadcast::Sender<voice::VoiceSignal>,
     windows: voice::Windows,
 }
 
@@ -310,6 +271,7 @@ impl Service {
         let handles = VoiceHandles {
             status: voice.status.subscribe(),
             notices: voice.notices.clone(),
+            signals: voice.signals.clone(),
             windows: voice.windows.clone(),
         };
         let recall = options.recall.clone();
@@ -404,6 +366,49 @@ impl Service {
         Ok(blocking(move || store.summaries()).await?)
     }
 
+    /// The facts Jarvis remembers, oldest first.
+    pub async fn facts(&self) -> Result<Vec<crate::store::Fact>, ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.facts()).await?)
+    }
+
+    /// Remembers a fact the user gave (the Memory panel, `jarvis facts add`).
+    pub async fn add_fact(&self, text: String) -> Result<crate::store::Fact, ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.add_fact(&text, None)).await?)
+    }
+
+    /// Rewrites a fact.
+    pub async fn edit_fact(
+        &self,
+        id: i64,
+        text: String,
+    ) -> Result<crate::store::Fact, ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.edit_fact(id, &text)).await?)
+    }
+
+    /// Deletes a fact for real.
+    pub async fn remove_fact(&self, id: i64) -> Result<(), ServiceError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.remove_fact(id)).await?)
+    }
+
+    /// A chat's latest reply, if it has one.
+    pub async fn last_reply(
+        &self,
+        chat: ChatId,
+    ) -> Result<Option<crate::store::Reply>, ServiceError> {
+        let store = self.store_of(chat).clone();
+        Ok(blocking(move || store.last_reply(chat)).await?)
+    }
+
+    /// A stored reply (in the database or, for an unsaved voice conversation, in memory).
+    pub async fn reply(&self, reply: ReplyId) -> Result<Option<crate::store::Reply>, ServiceError> {
+        let store = self.store_of_reply(reply).clone();
+        Ok(blocking(move || store.reply(reply)).await?)
+    }
+
     /// Forgets a chat's summary (the chat stays): it is never recalled again; the chat's next
     /// answer starts a new one from what is said from then on. Returns whether there was one.
     pub async fn delete_summary(&self, chat: ChatId) -> Result<bool, ServiceError> {
@@ -464,147 +469,6 @@ impl Service {
     /// What is going on now, and every change after.
     pub fn activity(&self) -> watch::Receiver<Activity> {
         self.activity.subscribe()
-    }
-
-    /// Puts a question typed into the orb to the voice conversation: it starts at once when
-    /// nothing runs there, else it waits in the queue (at most [`QUEUE_LIMIT`]). It never
-    /// cancels anything. The model is told it was typed, whether the microphone is open or not.
-    pub async fn voice_ask(&self, text: impl Into<String>) -> Result<VoiceTicket, AskError> {
-        self.voice_question(text.into(), Mode::Typed).await
-    }
-
-    /// Puts a question the voice loop heard, captured while the microphone listened in `mode`
-    /// (the push-to-talk key may be up by now: the mode is the one it was said in). When the
-    /// queue is full, the windows are told it was not taken.
-    pub async fn voice_ask_heard(
-        &self,
-        text: impl Into<String>,
-        mode: ListenMode,
-    ) -> Result<VoiceTicket, AskError> {
-        self.voice_question(text.into(), mode.into()).await
-    }
-
-    async fn voice_question(&self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
-        if text.trim().is_empty() {
-            return Err(ServiceError::EmptyQuestion.into());
-        }
-        self.call(|respond| Command::VoiceAsk {
-            text,
-            mode,
-            respond,
-        })
-        .await?
-    }
-
-    /// Try again in the orb: a new reply to the voice conversation's failed or interrupted last
-    /// question.
-    pub async fn voice_retry(&self) -> Result<ReplyId, AskError> {
-        self.call(|respond| Command::VoiceRetry { respond }).await?
-    }
-
-    /// Withdraws a waiting question; `false` when it is no longer waiting.
-    pub async fn voice_remove(&self, id: u64) -> Result<bool, ServiceError> {
-        self.call(|respond| Command::VoiceRemove { id, respond })
-            .await
-    }
-
-    /// Attaches a window to the voice conversation. Attaching never opens the microphone.
-    pub async fn voice_attach(&self) -> Result<VoiceAttachment, ServiceError> {
-        let status = self
-            .call(|respond| Command::VoiceSubscribe { respond })
-            .await?;
-        Ok(VoiceAttachment::new(
-            self.clone(),
-            status,
-            self.voice.notices.subscribe(),
-            &self.voice.windows,
-        ))
-    }
-
-    /// The voice conversation's status, for the voice loop: reading it is not watching it (a
-    /// reply with no window attached is not spoken, and is marked answered while away).
-    pub fn voice_status(&self) -> watch::Receiver<VoiceStatus> {
-        self.voice.status.clone()
-    }
-
-    /// Whether a window is attached to the voice conversation now.
-    pub fn voice_watched(&self) -> bool {
-        self.voice.windows.any()
-    }
-
-    /// Opens or closes the microphone in hands-free and wake modes (the orb's microphone
-    /// button); push to talk opens it only while the shortcut is held.
-    pub async fn set_listening(&self, on: bool) -> Result<(), ServiceError> {
-        self.send(Command::Listening { on }).await
-    }
-
-    /// Opens or closes a wake conversation (the voice loop heard "Hey Jarvis", a goodbye took
-    /// effect, or it went quiet).
-    pub async fn set_awake(&self, awake: bool) -> Result<(), ServiceError> {
-        self.send(Command::Awake { awake }).await
-    }
-
-    /// A goodbye was said in a wake conversation: it closes now (what follows needs the wake
-    /// word), and the conversation ends once the reply in progress is answered — its voice plays
-    /// out, the questions waiting behind it are dropped, and the microphone goes on listening
-    /// for "Hey Jarvis".
-    pub async fn voice_goodbye(&self) -> Result<(), ServiceError> {
-        self.send(Command::Goodbye).await
-    }
-
-    /// The voice loop's speaker started or stopped playing Jarvis's voice.
-    pub async fn set_speaking(&self, on: bool) -> Result<(), ServiceError> {
-        self.send(Command::Speaking { on }).await
-    }
-
-    /// As [`Service::set_speaking`], from where nothing can wait (a voice loop being dropped);
-    /// dropped only if the service is gone or swamped.
-    pub fn speaking_ended_now(&self) {
-        let _ = self.tx.try_send(Command::Speaking { on: false });
-    }
-
-    /// Keeps how much of a spoken answer was played before it was cut (Stop, End, or its window
-    /// going away), so the next request can say where it was cut.
-    pub async fn voice_heard(&self, reply: ReplyId, prefix: String) -> Result<(), ServiceError> {
-        let store = self.store_of_reply(reply).clone();
-        blocking(move || store.set_heard(reply, &prefix)).await?;
-        Ok(())
-    }
-
-    /// Stops the voice conversation's reply and every question waiting behind it (what a spoken
-    /// "stop" does); `false` when there was nothing to stop.
-    pub async fn voice_stop(&self) -> Result<bool, ServiceError> {
-        self.call(|respond| Command::VoiceStop { respond }).await
-    }
-
-    /// Ends the voice conversation: stops its reply, drops its queue and starts afresh next time
-    /// (its chat is kept unless saving voice conversations is off). `false` when there was none.
-    pub async fn end_conversation(&self) -> Result<bool, ServiceError> {
-        self.call(|respond| Command::VoiceEnd { respond }).await
-    }
-
-    /// Chooses how the voice conversation listens; during a reply it takes effect once the
-    /// reply is answered.
-    pub async fn set_listen_mode(&self, mode: ListenMode) -> Result<(), ServiceError> {
-        self.send(Command::VoiceMode { mode }).await
-    }
-
-    /// The push-to-talk shortcut went down (`true`: the microphone opens) or up (the utterance
-    /// ends). It never cancels a reply.
-    pub async fn push_to_talk(&self, pressed: bool) -> Result<(), ServiceError> {
-        self.send(Command::PushToTalk { pressed }).await
-    }
-
-    /// The orb was shown or hidden. Hiding it closes the microphone (a hidden orb holds none),
-    /// unless it listens for the wake word and the settings keep the wake word on while hidden;
-    /// showing it never opens the microphone. The push-to-talk shortcut shows the orb first.
-    pub async fn set_orb_shown(&self, shown: bool) -> Result<(), ServiceError> {
-        self.send(Command::OrbShown { shown }).await
-    }
-
-    /// A window showed the reply that was answered while nobody watched.
-    pub async fn acknowledge_answer(&self) -> Result<(), ServiceError> {
-        self.send(Command::Acknowledge).await
     }
 
     /// Stop reply (tray): stops every reply being written and the voice conversation's waiting
@@ -770,113 +634,7 @@ impl Actor {
                 let _ = respond.send(result);
             }
             Command::Finished { chat, reply } => self.finished(chat, reply).await,
-            Command::VoiceAsk {
-                text,
-                mode,
-                respond,
-            } => {
-                let result = self.voice_ask(text.clone(), mode).await;
-                if matches!(result, Err(AskError::QueueFull)) && mode != Mode::Typed {
-                    // Said aloud, nobody reads the refusal unless the orb says it.
-                    let _ = self.voice.notices.send(VoiceNotice::QueueFull { text });
-                }
-                let _ = respond.send(result);
-            }
-            Command::VoiceRetry { respond } => {
-                let result = match self.voice.chat() {
-                    Some(chat) if self.voice.status.borrow().replying.is_none() => {
-                        self.ask(chat, None, Mode::Typed).await
-                    }
-                    Some(chat) => Err(AskError::Busy(chat)),
-                    None => Err(ServiceError::NoVoiceConversation.into()),
-                };
-                if let Ok(reply) = result {
-                    self.voice.update(|s| {
-                        s.replying = Some(reply);
-                        s.answered_away = None;
-                    });
-                }
-                let _ = respond.send(result);
-            }
-            Command::VoiceRemove { id, respond } => {
-                let before = self.voice.queue.len();
-                self.voice.queue.retain(|q| q.id != id);
-                let removed = self.voice.queue.len() != before;
-                self.voice.update(|_| {});
-                let _ = respond.send(removed);
-            }
-            Command::VoiceSubscribe { respond } => {
-                self.voice.idle_since = None;
-                let _ = respond.send(self.voice.status.subscribe());
-            }
-            Command::VoiceStop { respond } => {
-                let _ = respond.send(self.voice_stop());
-            }
-            Command::VoiceEnd { respond } => {
-                let _ = respond.send(self.end_conversation().await);
-            }
-            Command::VoiceMode { mode } => {
-                let replying = self.voice.status.borrow().replying.is_some();
-                self.voice.update(|s| {
-                    if replying && mode != s.mode {
-                        s.pending_mode = Some(mode);
-                    } else {
-                        s.mode = mode;
-                        s.pending_mode = None;
-                    }
-                });
-            }
-            Command::PushToTalk { pressed } => {
-                tracing::debug!(pressed, "push to talk");
-                self.voice.update(|s| match s.mode {
-                    // Held: open while pressed.
-                    ListenMode::PushToTalk => s.listening = pressed,
-                    // Hands-free and wake: a press switches the microphone on or off.
-                    ListenMode::HandsFree | ListenMode::Wake => {
-                        if pressed {
-                            s.listening = !s.listening;
-                            s.awake = false;
-                        }
-                    }
-                });
-            }
-            Command::Listening { on } => self.voice.update(|s| {
-                s.listening = on;
-                if on {
-                    s.listens += 1;
-                } else {
-                    s.awake = false;
-                }
-            }),
-            Command::Awake { awake } => {
-                if awake {
-                    // "Hey Jarvis" again before the goodbye took effect: the conversation goes on.
-                    self.voice.goodbye_after = None;
-                }
-                self.voice
-                    .update(|s| s.awake = awake && s.mode == ListenMode::Wake)
-            }
-            Command::Speaking { on } => self.voice.update(|s| s.speaking = on),
-            Command::Goodbye => {
-                self.voice.update(|s| s.awake = false);
-                let replying = self.voice.status.borrow().replying;
-                match replying {
-                    Some(reply) => self.voice.goodbye_after = Some(reply),
-                    None => self.end_after_goodbye().await,
-                }
-            }
-            Command::OrbShown { shown } => {
-                let keep = self.options.wake_while_hidden;
-                if !shown {
-                    self.voice.update(|s| {
-                        if !(keep && s.mode == ListenMode::Wake) {
-                            s.listening = false;
-                            s.awake = false;
-                        }
-                    });
-                }
-            }
-            Command::Acknowledge => self.voice.update(|s| s.answered_away = None),
+            Command::Voice(command) => self.handle_voice(command).await,
             Command::StopAll { respond } => {
                 self.voice.queue.clear();
                 self.voice.update(|s| s.awaiting_answer = false);
@@ -887,7 +645,7 @@ impl Actor {
                         stopped += 1;
                     }
                 }
-                self.voice.update(|s| s.stops += 1);
+                self.voice.signal(voice::VoiceSignal::Stop);
                 let _ = respond.send(stopped);
             }
             Command::Reconfigure { backend, options } => {
@@ -952,194 +710,7 @@ impl Actor {
                 state.running = None;
             }
         }
-        if let Some(index) = self.voice.discard.iter().position(|c| *c == chat) {
-            if self.replying(chat).is_none() {
-                self.voice.discard.remove(index);
-                if let Err(err) = self.delete(chat).await {
-                    tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
-                }
-            }
-            return;
-        }
-        if self.voice.chat() != Some(chat) {
-            return;
-        }
-        let unwatched = !self.voice.watched();
-        let (answered, asks) = {
-            let store = self.store_of(chat).clone();
-            blocking(move || Ok((store.reply(reply)?, store.confirmation(chat)?)))
-                .await
-                .map(|(stored, confirmation)| {
-                    let done = stored.filter(|r| r.state == ReplyState::Done);
-                    let asks = done
-                        .as_ref()
-                        .is_some_and(|r| confirmation.is_some() || asks_the_user(&r.text));
-                    (done.is_some(), asks)
-                })
-                .unwrap_or((false, false))
-        };
-        self.voice.update(|s| {
-            if s.replying == Some(reply) {
-                s.replying = None;
-            }
-            if let Some(mode) = s.pending_mode.take() {
-                s.mode = mode;
-            }
-            if unwatched && answered {
-                s.answered_away = Some(reply);
-            }
-            // ADR 0159: the answer asked the user something; what they say or type next is their
-            // reply to it, ahead of anything that was waiting.
-            s.awaiting_answer = asks;
-        });
-        if self.voice.goodbye_after == Some(reply) {
-            self.end_after_goodbye().await;
-            return;
-        }
-        if asks {
-            // (Published above, with the queue as it stands.)
-            return;
-        }
-        while let Some(next) = self.voice.queue.pop_front() {
-            match self.ask(chat, Some(next.text), next.mode).await {
-                Ok(reply) => {
-                    self.voice.update(|s| s.replying = Some(reply));
-                    return;
-                }
-                Err(err) => {
-                    tracing::warn!(%err, "a waiting voice question could not start");
-                }
-            }
-        }
-        self.voice.update(|_| {});
-    }
-
-    async fn voice_ask(&mut self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
-        let chat = match self.voice.chat() {
-            Some(chat) => chat,
-            None => {
-                // With saving off, nothing of the conversation is written to disk: it lives in
-                // memory, with the user's facts still the database's.
-                let store = if self.options.save_voice {
-                    self.store.clone()
-                } else {
-                    self.memory.clone()
-                };
-                let chat = blocking(move || store.create_chat(NEW_CHAT_TITLE)).await?;
-                self.voice.update(|s| s.chat = Some(chat.id));
-                chat.id
-            }
-        };
-        let replying = self.voice.status.borrow().replying.is_some();
-        if replying || self.replying(chat).is_some() {
-            if self.voice.queue.len() >= QUEUE_LIMIT {
-                return Err(AskError::QueueFull);
-            }
-            let id = self.voice.next_id;
-            self.voice.next_id += 1;
-            self.voice
-                .queue
-                .push_back(WaitingQuestion { id, text, mode });
-            self.voice.update(|_| {});
-            return Ok(VoiceTicket::Queued { id });
-        }
-        let reply = self.ask(chat, Some(text), mode).await?;
-        self.voice.update(|s| {
-            s.replying = Some(reply);
-            s.answered_away = None;
-            // This was the answer Jarvis waited for; the questions waiting come after it.
-            s.awaiting_answer = false;
-        });
-        Ok(VoiceTicket::Started { reply })
-    }
-
-    fn voice_stop(&mut self) -> bool {
-        let had_more = !self.voice.queue.is_empty() || self.voice.status.borrow().speaking;
-        self.voice.queue.clear();
-        let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
-        self.voice.update(|s| {
-            s.stops += 1;
-            s.awaiting_answer = false;
-        });
-        stopped || had_more
-    }
-
-    async fn end_conversation(&mut self) -> bool {
-        let Some(chat) = self.voice.chat() else {
-            return false;
-        };
-        self.voice.queue.clear();
-        self.stop(chat);
-        self.voice.update(|s| {
-            s.chat = None;
-            s.replying = None;
-            s.listening = false;
-            s.awake = false;
-            s.awaiting_answer = false;
-            s.stops += 1;
-            s.answered_away = None;
-            if let Some(mode) = s.pending_mode.take() {
-                s.mode = mode;
-            }
-        });
-        self.voice.idle_since = None;
-        self.voice.goodbye_after = None;
-        self.discard_unsaved(chat).await;
-        true
-    }
-
-    /// Ends the voice conversation after a goodbye: like End, but what is being said plays out
-    /// and the microphone keeps listening for the wake word.
-    async fn end_after_goodbye(&mut self) {
-        self.voice.goodbye_after = None;
-        let Some(chat) = self.voice.chat() else {
-            return;
-        };
-        self.voice.queue.clear();
-        self.voice.update(|s| {
-            s.chat = None;
-            s.replying = None;
-            s.awake = false;
-            s.awaiting_answer = false;
-            if let Some(mode) = s.pending_mode.take() {
-                s.mode = mode;
-            }
-        });
-        self.voice.idle_since = None;
-        self.discard_unsaved(chat).await;
-    }
-
-    /// With saving off, an ended conversation's chat goes (once its reply has ended).
-    async fn discard_unsaved(&mut self, chat: ChatId) {
-        // A conversation kept in memory goes with its end; one in the database (saving was on
-        // when it began) stays unless saving is off now.
-        if self.options.save_voice && !chat.in_memory() {
-            return;
-        }
-        if self.replying(chat).is_some() {
-            self.voice.discard.push(chat);
-        } else if let Err(err) = self.delete(chat).await {
-            tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
-        }
-    }
-
-    /// Forgets the voice conversation once nobody has watched it, with nothing running or
-    /// waiting, for the keep time.
-    async fn forget_idle_voice(&mut self) {
-        let idle = self.voice.chat().is_some()
-            && !self.voice.watched()
-            && self.voice.queue.is_empty()
-            && self.voice.status.borrow().replying.is_none();
-        if !idle {
-            self.voice.idle_since = None;
-            return;
-        }
-        let since = *self.voice.idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= self.options.voice_keep {
-            tracing::debug!("forgetting the idle voice conversation");
-            self.end_conversation().await;
-            self.publish_activity();
-        }
+        self.voice_reply_finished(chat, reply).await;
     }
 
     /// The store a chat lives in: memory for an unsaved voice conversation, else the database.
@@ -1187,12 +758,12 @@ impl Actor {
         self.chats.remove(&chat);
         if self.voice.chat() == Some(chat) {
             self.voice.queue.clear();
+            // Whatever of it is still being said is cut with it.
+            self.voice.signal(voice::VoiceSignal::Stop);
             self.voice.update(|s| {
                 s.chat = None;
                 s.replying = None;
                 s.answered_away = None;
-                // Whatever of it is still being said is cut with it.
-                s.stops += 1;
             });
         }
         self.activity.send_modify(|a| a.generation += 1);

@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
 
-use super::{Attachment, Event, Service};
-use crate::store::{ChatId, ReplyId};
+use super::{
+    asks_the_user, blocking, Actor, AskError, Attachment, Command, Event, Service, ServiceError,
+    NEW_CHAT_TITLE,
+};
+use crate::config::Mode;
+use crate::store::{ChatId, ReplyId, ReplyState};
 
 /// At most this many questions wait behind a running reply.
 pub const QUEUE_LIMIT: usize = 4;
@@ -19,7 +23,7 @@ pub const QUEUE_LIMIT: usize = 4;
 pub use crate::config::ListenMode;
 
 /// A question waiting behind the running reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct WaitingQuestion {
     /// Its id, for Remove.
     pub id: u64,
@@ -35,7 +39,7 @@ fn typed() -> crate::config::Mode {
 }
 
 /// What a window shows of the voice conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
 pub struct VoiceStatus {
     /// The chat the conversation is saved in, once it has one.
     pub chat: Option<ChatId>,
@@ -61,16 +65,10 @@ pub struct VoiceStatus {
     /// Jarvis's voice is playing (the voice loop says so): the reply's text may have ended long
     /// before, and Stop must stay within reach while it talks.
     pub speaking: bool,
-    /// Counts Stop and End: the voice loop cuts Jarvis's voice on each, even when the reply
-    /// itself had already finished and only its audio was still playing.
-    pub stops: u64,
-    /// Counts the times listening was turned on: the voice loop opens a microphone that failed
-    /// again only on a new one (a status it had not caught up with yet does not count).
-    pub listens: u64,
 }
 
 /// How a question put to the voice conversation was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "taken", rename_all = "snake_case")]
 pub enum VoiceTicket {
     /// Its reply started.
@@ -87,7 +85,7 @@ pub enum VoiceTicket {
 
 /// Something a window on the voice conversation should tell the user once (not a state: it is
 /// not kept, and a window that attaches later does not see it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "notice", rename_all = "snake_case")]
 pub enum VoiceNotice {
     /// A spoken question was not taken: [`QUEUE_LIMIT`] questions already wait.
@@ -97,11 +95,25 @@ pub enum VoiceNotice {
     },
 }
 
+/// One-off news for the voice loop, beside the status: each is acted on once, never merged into
+/// a later one as a status is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoiceSignal {
+    /// Stop or End: Jarvis's voice is cut, even when the reply's text had already ended and only
+    /// its audio was still playing.
+    Stop,
+    /// Listening was turned on (anew): a microphone that failed is tried again.
+    Listen,
+}
+
 /// The service's side of the voice conversation.
 pub(crate) struct Voice {
     pub status: watch::Sender<VoiceStatus>,
     /// One-off news for the windows.
     pub notices: broadcast::Sender<VoiceNotice>,
+    /// One-off news for the voice loop; sent before the status change it comes with, so a loop
+    /// that sees the change finds the signal waiting.
+    pub signals: broadcast::Sender<VoiceSignal>,
     pub queue: VecDeque<WaitingQuestion>,
     pub next_id: u64,
     /// Since when no window has watched and nothing has run.
@@ -147,6 +159,7 @@ impl Voice {
                 ..VoiceStatus::default()
             }),
             notices: broadcast::channel(16).0,
+            signals: broadcast::channel(16).0,
             queue: VecDeque::new(),
             next_id: 1,
             idle_since: None,
@@ -164,6 +177,11 @@ impl Voice {
         self.windows.any()
     }
 
+    /// Tells the voice loop something once.
+    pub fn signal(&self, signal: VoiceSignal) {
+        let _ = self.signals.send(signal);
+    }
+
     /// Publishes a change, with the queue as it stands; windows wake only on a real change.
     pub fn update(&self, change: impl FnOnce(&mut VoiceStatus)) {
         let queue: Vec<WaitingQuestion> = self.queue.iter().cloned().collect();
@@ -177,7 +195,7 @@ impl Voice {
 }
 
 /// What a window attached to the voice conversation reads next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum VoiceUpdate {
     /// The conversation's status changed (the first update is the status on attach).
@@ -265,6 +283,521 @@ impl VoiceAttachment {
                     None => {}
                 },
             }
+        }
+    }
+}
+
+/// What the voice conversation is asked to do; the actor handles each in order.
+pub(crate) enum VoiceCommand {
+    Ask {
+        text: String,
+        mode: Mode,
+        respond: oneshot::Sender<Result<VoiceTicket, AskError>>,
+    },
+    Retry {
+        respond: oneshot::Sender<Result<ReplyId, AskError>>,
+    },
+    Remove {
+        id: u64,
+        respond: oneshot::Sender<bool>,
+    },
+    Subscribe {
+        respond: oneshot::Sender<watch::Receiver<VoiceStatus>>,
+    },
+    Stop {
+        respond: oneshot::Sender<bool>,
+    },
+    End {
+        respond: oneshot::Sender<bool>,
+    },
+    Mode {
+        mode: ListenMode,
+    },
+    Listening {
+        on: bool,
+    },
+    Awake {
+        awake: bool,
+    },
+    Goodbye,
+    Speaking {
+        on: bool,
+    },
+    PushToTalk {
+        pressed: bool,
+    },
+    OrbShown {
+        shown: bool,
+    },
+    Acknowledge,
+}
+
+impl Service {
+    /// Puts a question typed into the orb to the voice conversation: it starts at once when
+    /// nothing runs there, else it waits in the queue (at most [`QUEUE_LIMIT`]). It never
+    /// cancels anything. The model is told it was typed, whether the microphone is open or not.
+    pub async fn voice_ask(&self, text: impl Into<String>) -> Result<VoiceTicket, AskError> {
+        self.voice_question(text.into(), Mode::Typed).await
+    }
+
+    /// Puts a question the voice loop heard, captured while the microphone listened in `mode`
+    /// (the push-to-talk key may be up by now: the mode is the one it was said in). When the
+    /// queue is full, the windows are told it was not taken.
+    pub async fn voice_ask_heard(
+        &self,
+        text: impl Into<String>,
+        mode: ListenMode,
+    ) -> Result<VoiceTicket, AskError> {
+        self.voice_question(text.into(), mode.into()).await
+    }
+
+    async fn voice_question(&self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
+        if text.trim().is_empty() {
+            return Err(ServiceError::EmptyQuestion.into());
+        }
+        self.call(|respond| {
+            Command::Voice(VoiceCommand::Ask {
+                text,
+                mode,
+                respond,
+            })
+        })
+        .await?
+    }
+
+    /// Try again in the orb: a new reply to the voice conversation's failed or interrupted last
+    /// question.
+    pub async fn voice_retry(&self) -> Result<ReplyId, AskError> {
+        self.call(|respond| Command::Voice(VoiceCommand::Retry { respond }))
+            .await?
+    }
+
+    /// Withdraws a waiting question; `false` when it is no longer waiting.
+    pub async fn voice_remove(&self, id: u64) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::Voice(VoiceCommand::Remove { id, respond }))
+            .await
+    }
+
+    /// Attaches a window to the voice conversation. Attaching never opens the microphone.
+    pub async fn voice_attach(&self) -> Result<VoiceAttachment, ServiceError> {
+        let status = self
+            .call(|respond| Command::Voice(VoiceCommand::Subscribe { respond }))
+            .await?;
+        Ok(VoiceAttachment::new(
+            self.clone(),
+            status,
+            self.voice.notices.subscribe(),
+            &self.voice.windows,
+        ))
+    }
+
+    /// The voice conversation's one-off signals (Stop, Listen), for the voice loop.
+    pub fn voice_signals(&self) -> broadcast::Receiver<VoiceSignal> {
+        self.voice.signals.subscribe()
+    }
+
+    /// The voice conversation's status, for the voice loop: reading it is not watching it (a
+    /// reply with no window attached is not spoken, and is marked answered while away).
+    pub fn voice_status(&self) -> watch::Receiver<VoiceStatus> {
+        self.voice.status.clone()
+    }
+
+    /// Whether a window is attached to the voice conversation now.
+    pub fn voice_watched(&self) -> bool {
+        self.voice.windows.any()
+    }
+
+    /// Opens or closes the microphone in hands-free and wake modes (the orb's microphone
+    /// button); push to talk opens it only while the shortcut is held.
+    pub async fn set_listening(&self, on: bool) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Listening { on }))
+            .await
+    }
+
+    /// Opens or closes a wake conversation (the voice loop heard "Hey Jarvis", a goodbye took
+    /// effect, or it went quiet).
+    pub async fn set_awake(&self, awake: bool) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Awake { awake }))
+            .await
+    }
+
+    /// A goodbye was said in a wake conversation: it closes now (what follows needs the wake
+    /// word), and the conversation ends once the reply in progress is answered — its voice plays
+    /// out, the questions waiting behind it are dropped, and the microphone goes on listening
+    /// for "Hey Jarvis".
+    pub async fn voice_goodbye(&self) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Goodbye)).await
+    }
+
+    /// The voice loop's speaker started or stopped playing Jarvis's voice.
+    pub async fn set_speaking(&self, on: bool) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Speaking { on }))
+            .await
+    }
+
+    /// As [`Service::set_speaking`], from where nothing can wait (a voice loop being dropped);
+    /// dropped only if the service is gone or swamped.
+    pub fn speaking_ended_now(&self) {
+        let _ = self
+            .tx
+            .try_send(Command::Voice(VoiceCommand::Speaking { on: false }));
+    }
+
+    /// Keeps how much of a spoken answer was played before it was cut (Stop, End, or its window
+    /// going away), so the next request can say where it was cut.
+    pub async fn voice_heard(&self, reply: ReplyId, prefix: String) -> Result<(), ServiceError> {
+        let store = self.store_of_reply(reply).clone();
+        blocking(move || store.set_heard(reply, &prefix)).await?;
+        Ok(())
+    }
+
+    /// Stops the voice conversation's reply and every question waiting behind it (what a spoken
+    /// "stop" does); `false` when there was nothing to stop.
+    pub async fn voice_stop(&self) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::Voice(VoiceCommand::Stop { respond }))
+            .await
+    }
+
+    /// Ends the voice conversation: stops its reply, drops its queue and starts afresh next time
+    /// (its chat is kept unless saving voice conversations is off). `false` when there was none.
+    pub async fn end_conversation(&self) -> Result<bool, ServiceError> {
+        self.call(|respond| Command::Voice(VoiceCommand::End { respond }))
+            .await
+    }
+
+    /// Chooses how the voice conversation listens; during a reply it takes effect once the
+    /// reply is answered.
+    pub async fn set_listen_mode(&self, mode: ListenMode) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Mode { mode })).await
+    }
+
+    /// The push-to-talk shortcut went down (`true`: the microphone opens) or up (the utterance
+    /// ends). It never cancels a reply.
+    pub async fn push_to_talk(&self, pressed: bool) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::PushToTalk { pressed }))
+            .await
+    }
+
+    /// The orb was shown or hidden. Hiding it closes the microphone (a hidden orb holds none),
+    /// unless it listens for the wake word and the settings keep the wake word on while hidden;
+    /// showing it never opens the microphone. The push-to-talk shortcut shows the orb first.
+    pub async fn set_orb_shown(&self, shown: bool) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::OrbShown { shown }))
+            .await
+    }
+
+    /// A window showed the reply that was answered while nobody watched.
+    pub async fn acknowledge_answer(&self) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Acknowledge)).await
+    }
+}
+
+impl Actor {
+    /// Handles one of the voice conversation's commands.
+    pub(super) async fn handle_voice(&mut self, command: VoiceCommand) {
+        match command {
+            VoiceCommand::Ask {
+                text,
+                mode,
+                respond,
+            } => {
+                let result = self.voice_ask(text.clone(), mode).await;
+                if matches!(result, Err(AskError::QueueFull)) && mode != Mode::Typed {
+                    // Said aloud, nobody reads the refusal unless the orb says it.
+                    let _ = self.voice.notices.send(VoiceNotice::QueueFull { text });
+                }
+                let _ = respond.send(result);
+            }
+            VoiceCommand::Retry { respond } => {
+                let result = match self.voice.chat() {
+                    Some(chat) if self.voice.status.borrow().replying.is_none() => {
+                        self.ask(chat, None, Mode::Typed).await
+                    }
+                    Some(chat) => Err(AskError::Busy(chat)),
+                    None => Err(ServiceError::NoVoiceConversation.into()),
+                };
+                if let Ok(reply) = result {
+                    self.voice.update(|s| {
+                        s.replying = Some(reply);
+                        s.answered_away = None;
+                    });
+                }
+                let _ = respond.send(result);
+            }
+            VoiceCommand::Remove { id, respond } => {
+                let before = self.voice.queue.len();
+                self.voice.queue.retain(|q| q.id != id);
+                let removed = self.voice.queue.len() != before;
+                self.voice.update(|_| {});
+                let _ = respond.send(removed);
+            }
+            VoiceCommand::Subscribe { respond } => {
+                self.voice.idle_since = None;
+                let _ = respond.send(self.voice.status.subscribe());
+            }
+            VoiceCommand::Stop { respond } => {
+                let _ = respond.send(self.voice_stop());
+            }
+            VoiceCommand::End { respond } => {
+                let _ = respond.send(self.end_conversation().await);
+            }
+            VoiceCommand::Mode { mode } => {
+                let replying = self.voice.status.borrow().replying.is_some();
+                self.voice.update(|s| {
+                    if replying && mode != s.mode {
+                        s.pending_mode = Some(mode);
+                    } else {
+                        s.mode = mode;
+                        s.pending_mode = None;
+                    }
+                });
+            }
+            VoiceCommand::PushToTalk { pressed } => {
+                tracing::debug!(pressed, "push to talk");
+                self.voice.update(|s| match s.mode {
+                    // Held: open while pressed.
+                    ListenMode::PushToTalk => s.listening = pressed,
+                    // Hands-free and wake: a press switches the microphone on or off.
+                    ListenMode::HandsFree | ListenMode::Wake => {
+                        if pressed {
+                            s.listening = !s.listening;
+                            s.awake = false;
+                        }
+                    }
+                });
+            }
+            VoiceCommand::Listening { on } => {
+                if on {
+                    self.voice.signal(VoiceSignal::Listen);
+                }
+                self.voice.update(|s| {
+                    s.listening = on;
+                    if !on {
+                        s.awake = false;
+                    }
+                })
+            }
+            VoiceCommand::Awake { awake } => {
+                if awake {
+                    // "Hey Jarvis" again before the goodbye took effect: the conversation goes on.
+                    self.voice.goodbye_after = None;
+                }
+                self.voice
+                    .update(|s| s.awake = awake && s.mode == ListenMode::Wake)
+            }
+            VoiceCommand::Speaking { on } => self.voice.update(|s| s.speaking = on),
+            VoiceCommand::Goodbye => {
+                self.voice.update(|s| s.awake = false);
+                let replying = self.voice.status.borrow().replying;
+                match replying {
+                    Some(reply) => self.voice.goodbye_after = Some(reply),
+                    None => self.end_after_goodbye().await,
+                }
+            }
+            VoiceCommand::OrbShown { shown } => {
+                let keep = self.options.wake_while_hidden;
+                if !shown {
+                    self.voice.update(|s| {
+                        if !(keep && s.mode == ListenMode::Wake) {
+                            s.listening = false;
+                            s.awake = false;
+                        }
+                    });
+                }
+            }
+            VoiceCommand::Acknowledge => self.voice.update(|s| s.answered_away = None),
+        }
+    }
+
+    /// A reply ended: in the voice conversation its next question starts, a pending mode is
+    /// taken up, and a reply nobody watched is marked answered while away; an unsaved ended
+    /// conversation's chat is deleted once its reply is done.
+    pub(super) async fn voice_reply_finished(&mut self, chat: ChatId, reply: ReplyId) {
+        if let Some(index) = self.voice.discard.iter().position(|c| *c == chat) {
+            if self.replying(chat).is_none() {
+                self.voice.discard.remove(index);
+                if let Err(err) = self.delete(chat).await {
+                    tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
+                }
+            }
+            return;
+        }
+        if self.voice.chat() != Some(chat) {
+            return;
+        }
+        let unwatched = !self.voice.watched();
+        let (answered, asks) = {
+            let store = self.store_of(chat).clone();
+            blocking(move || Ok((store.reply(reply)?, store.confirmation(chat)?)))
+                .await
+                .map(|(stored, confirmation)| {
+                    let done = stored.filter(|r| r.state == ReplyState::Done);
+                    let asks = done
+                        .as_ref()
+                        .is_some_and(|r| confirmation.is_some() || asks_the_user(&r.text));
+                    (done.is_some(), asks)
+                })
+                .unwrap_or((false, false))
+        };
+        self.voice.update(|s| {
+            if s.replying == Some(reply) {
+                s.replying = None;
+            }
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+            if unwatched && answered {
+                s.answered_away = Some(reply);
+            }
+            // ADR 0159: the answer asked the user something; what they say or type next is their
+            // reply to it, ahead of anything that was waiting.
+            s.awaiting_answer = asks;
+        });
+        if self.voice.goodbye_after == Some(reply) {
+            self.end_after_goodbye().await;
+            return;
+        }
+        if asks {
+            // (Published above, with the queue as it stands.)
+            return;
+        }
+        while let Some(next) = self.voice.queue.pop_front() {
+            match self.ask(chat, Some(next.text), next.mode).await {
+                Ok(reply) => {
+                    self.voice.update(|s| s.replying = Some(reply));
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "a waiting voice question could not start");
+                }
+            }
+        }
+        self.voice.update(|_| {});
+    }
+
+    async fn voice_ask(&mut self, text: String, mode: Mode) -> Result<VoiceTicket, AskError> {
+        let chat = match self.voice.chat() {
+            Some(chat) => chat,
+            None => {
+                // With saving off, nothing of the conversation is written to disk: it lives in
+                // memory, with the user's facts still the database's.
+                let store = if self.options.save_voice {
+                    self.store.clone()
+                } else {
+                    self.memory.clone()
+                };
+                let chat = blocking(move || store.create_chat(NEW_CHAT_TITLE)).await?;
+                self.voice.update(|s| s.chat = Some(chat.id));
+                chat.id
+            }
+        };
+        let replying = self.voice.status.borrow().replying.is_some();
+        if replying || self.replying(chat).is_some() {
+            if self.voice.queue.len() >= QUEUE_LIMIT {
+                return Err(AskError::QueueFull);
+            }
+            let id = self.voice.next_id;
+            self.voice.next_id += 1;
+            self.voice
+                .queue
+                .push_back(WaitingQuestion { id, text, mode });
+            self.voice.update(|_| {});
+            return Ok(VoiceTicket::Queued { id });
+        }
+        let reply = self.ask(chat, Some(text), mode).await?;
+        self.voice.update(|s| {
+            s.replying = Some(reply);
+            s.answered_away = None;
+            // This was the answer Jarvis waited for; the questions waiting come after it.
+            s.awaiting_answer = false;
+        });
+        Ok(VoiceTicket::Started { reply })
+    }
+
+    fn voice_stop(&mut self) -> bool {
+        let had_more = !self.voice.queue.is_empty() || self.voice.status.borrow().speaking;
+        self.voice.queue.clear();
+        let stopped = self.voice.chat().is_some_and(|chat| self.stop(chat));
+        self.voice.signal(VoiceSignal::Stop);
+        self.voice.update(|s| s.awaiting_answer = false);
+        stopped || had_more
+    }
+
+    async fn end_conversation(&mut self) -> bool {
+        let Some(chat) = self.voice.chat() else {
+            return false;
+        };
+        self.voice.queue.clear();
+        self.stop(chat);
+        self.voice.signal(VoiceSignal::Stop);
+        self.voice.update(|s| {
+            s.chat = None;
+            s.replying = None;
+            s.listening = false;
+            s.awake = false;
+            s.awaiting_answer = false;
+            s.answered_away = None;
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+        });
+        self.voice.idle_since = None;
+        self.voice.goodbye_after = None;
+        self.discard_unsaved(chat).await;
+        true
+    }
+
+    /// Ends the voice conversation after a goodbye: like End, but what is being said plays out
+    /// and the microphone keeps listening for the wake word.
+    async fn end_after_goodbye(&mut self) {
+        self.voice.goodbye_after = None;
+        let Some(chat) = self.voice.chat() else {
+            return;
+        };
+        self.voice.queue.clear();
+        self.voice.update(|s| {
+            s.chat = None;
+            s.replying = None;
+            s.awake = false;
+            s.awaiting_answer = false;
+            if let Some(mode) = s.pending_mode.take() {
+                s.mode = mode;
+            }
+        });
+        self.voice.idle_since = None;
+        self.discard_unsaved(chat).await;
+    }
+
+    /// With saving off, an ended conversation's chat goes (once its reply has ended).
+    async fn discard_unsaved(&mut self, chat: ChatId) {
+        // A conversation kept in memory goes with its end; one in the database (saving was on
+        // when it began) stays unless saving is off now.
+        if self.options.save_voice && !chat.in_memory() {
+            return;
+        }
+        if self.replying(chat).is_some() {
+            self.voice.discard.push(chat);
+        } else if let Err(err) = self.delete(chat).await {
+            tracing::warn!(%err, %chat, "could not discard an unsaved voice conversation");
+        }
+    }
+
+    /// Forgets the voice conversation once nobody has watched it, with nothing running or
+    /// waiting, for the keep time.
+    pub(super) async fn forget_idle_voice(&mut self) {
+        let idle = self.voice.chat().is_some()
+            && !self.voice.watched()
+            && self.voice.queue.is_empty()
+            && self.voice.status.borrow().replying.is_none();
+        if !idle {
+            self.voice.idle_since = None;
+            return;
+        }
+        let since = *self.voice.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.options.voice_keep {
+            tracing::debug!("forgetting the idle voice conversation");
+            self.end_conversation().await;
+            self.publish_activity();
         }
     }
 }

@@ -39,7 +39,8 @@ fn input_device(name: Option<&str>) -> Result<cpal::Device, VoiceError> {
 }
 
 /// The microphones the system offers, each by the name [`CpalSource::device`] takes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(serde::Serialize, Debug, Clone, Default, PartialEq, Eq, ts_rs::TS)]
+#[ts(rename = "MicrophoneList")]
 pub struct Microphones {
     /// The system's default, when it has one.
     pub default: Option<String>,

@@ -9,11 +9,13 @@
 
 pub mod audio;
 pub mod device;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 pub mod heard;
 pub mod listen;
 pub mod models;
 pub mod pipeline;
+#[cfg(any(test, feature = "test-support"))]
 pub mod pulse;
 pub mod speak;
 pub mod stt;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::listen::{ListenEvent, Listener, Shared, UtteranceReport};
 use super::speak::Speaker;
 use super::{AudioSink, AudioSource, Heard, Synthesizer, Transcriber, VoiceError, WakeDetector};
-use crate::service::{AskError, Attachment, Event, ListenMode, Service, VoiceStatus};
+use crate::service::{AskError, Attachment, Event, ListenMode, Service, VoiceSignal, VoiceStatus};
 use crate::store::{ChatId, ReplyId, ReplyState};
 
 /// Makes a wake-word detector for each listening session (loading its models).
@@ -56,7 +56,7 @@ impl Default for VoiceOptions {
 
 /// What the orb draws its ring from, about 25 times a second while anything changes (nothing is
 /// sent while nothing does).
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, ts_rs::TS)]
 pub struct Levels {
     /// The microphone's loudness (0–1) while it is open; `None` while it is shut.
     pub mic: Option<f32>,
@@ -119,6 +119,7 @@ impl VoiceLoop {
         let handle = service.clone();
         let state = LoopState {
             status: service.voice_status(),
+            signals: service.voice_signals(),
             service,
             parts,
             options,
@@ -128,13 +129,12 @@ impl VoiceLoop {
             problem: problem_tx,
             levels: levels_tx,
             mic: None,
-            mic_down: None,
+            mic_down: false,
             events_tx,
             chat: None,
             watched: false,
             awake: false,
             last_activity: Instant::now(),
-            stops: 0,
             in_speech: false,
             speaking: false,
             said_before: None,
@@ -174,8 +174,6 @@ impl VoiceLoop {
 /// An open microphone: its thread runs the listener until asked to finish.
 struct Mic {
     mode: ListenMode,
-    /// The status's `listens` count it was opened for.
-    listens: u64,
     finish: Arc<AtomicBool>,
 }
 
@@ -247,6 +245,8 @@ fn listen(
 struct LoopState {
     service: Service,
     status: watch::Receiver<VoiceStatus>,
+    /// Stop and Listen, each once.
+    signals: broadcast::Receiver<VoiceSignal>,
     parts: VoiceParts,
     options: VoiceOptions,
     shared: Shared,
@@ -255,16 +255,15 @@ struct LoopState {
     problem: watch::Sender<Option<String>>,
     levels: watch::Sender<Levels>,
     mic: Option<Mic>,
-    /// The microphone failed or went away while listening was on for the `listens`-th time: it
-    /// is not opened again until listening is turned on anew (until the service has taken the
-    /// "off" this loop sent, the status still says "listening").
-    mic_down: Option<u64>,
+    /// The microphone failed or went away: it is not opened again until listening is turned on
+    /// anew (a [`VoiceSignal::Listen`]; until the service has taken the "off" this loop sent,
+    /// the status still says "listening").
+    mic_down: bool,
     events_tx: mpsc::UnboundedSender<ListenEvent>,
     chat: Option<(ChatId, Attachment)>,
     watched: bool,
     awake: bool,
     last_activity: Instant,
-    stops: u64,
     in_speech: bool,
     /// What the service was last told of the speaker playing.
     speaking: bool,
@@ -294,6 +293,24 @@ impl LoopState {
                     if changed.is_err() {
                         return;
                     }
+                    // A signal is sent before the change it comes with: it is taken first.
+                    loop {
+                        match self.signals.try_recv() {
+                            Ok(signal) => self.on_signal(Ok(signal)).await,
+                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                self.on_signal(Err(broadcast::error::RecvError::Lagged(n))).await
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let status = self.status.borrow_and_update().clone();
+                    self.on_status(status).await;
+                }
+                signal = self.signals.recv() => {
+                    if matches!(signal, Err(broadcast::error::RecvError::Closed)) {
+                        return;
+                    }
+                    self.on_signal(signal).await;
                     let status = self.status.borrow_and_update().clone();
                     self.on_status(status).await;
                 }
@@ -318,21 +335,36 @@ impl LoopState {
         });
     }
 
+    /// Stop cuts Jarvis's voice; Listen lets a microphone that failed be tried again.
+    async fn on_signal(&mut self, signal: Result<VoiceSignal, broadcast::error::RecvError>) {
+        match signal {
+            Ok(VoiceSignal::Stop) => self.cut().await,
+            Ok(VoiceSignal::Listen) => self.mic_down = false,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                // (Sixteen signals unread: never seen.) A missed Listen is safe to assume; a
+                // missed Stop is not, since cutting a voice nobody stopped would be worse.
+                tracing::warn!(missed, "the voice loop missed signals");
+                self.mic_down = false;
+            }
+            Err(broadcast::error::RecvError::Closed) => {}
+        }
+    }
+
     async fn on_status(&mut self, status: VoiceStatus) {
         // The microphone: open exactly while listening, in the mode the status says.
         let wanted = status.listening.then_some(status.mode);
-        let down = self.mic.is_none() && self.mic_down == Some(status.listens);
+        let down = self.mic.is_none() && self.mic_down;
         if self.mic.as_ref().map(|m| m.mode) != wanted && !down {
             self.mic = None; // closes (and, for push to talk, ends the utterance)
             if let Some(mode) = wanted {
-                match self.open_mic(mode, status.listens) {
+                match self.open_mic(mode) {
                     Ok(mic) => {
                         self.mic = Some(mic);
                         self.report_problem(None);
                     }
                     Err(err) => {
                         tracing::warn!(%err, "the microphone could not open");
-                        self.mic_down = Some(status.listens);
+                        self.mic_down = true;
                         self.report_problem(Some(err.to_string()));
                         // Not listening, then: the orb shows the microphone off (and the problem)
                         // instead of "Mic on" over a microphone that is not open. Listen again
@@ -354,15 +386,15 @@ impl LoopState {
                         // Attaching replays the chat's last reply from its first event; one that
                         // had ended before (a loop started anew by a settings change) was said
                         // already and is not said again.
-                        let store = self.service.store_of(chat).clone();
-                        self.said_before =
-                            tokio::task::spawn_blocking(move || store.last_reply(chat))
-                                .await
-                                .ok()
-                                .and_then(Result::ok)
-                                .flatten()
-                                .filter(|r| !r.state.is_live())
-                                .map(|r| r.id);
+                        self.said_before = self
+                            .service
+                            .last_reply(chat)
+                            .await
+                            .ok()
+                            .flatten()
+                            .filter(|r| !r.state.is_live())
+                            .map(|r| r.id);
+                        tracing::debug!(%chat, said_before = ?self.said_before, "following the conversation");
                         Some((chat, attachment))
                     }
                     Err(err) => {
@@ -373,17 +405,13 @@ impl LoopState {
                 None => None,
             };
         }
-        if status.stops != self.stops {
-            self.stops = status.stops;
-            self.cut().await;
-        }
         if self.awake && !status.awake {
             self.shared.set_awake(false);
         }
         self.awake = status.awake;
     }
 
-    fn open_mic(&mut self, mode: ListenMode, listens: u64) -> Result<Mic, VoiceError> {
+    fn open_mic(&mut self, mode: ListenMode) -> Result<Mic, VoiceError> {
         let wake = match (mode, &self.parts.wake) {
             (ListenMode::Wake, Some(factory)) => Some(factory.clone()),
             (ListenMode::Wake, None) => {
@@ -439,11 +467,7 @@ impl LoopState {
                 }
             })
             .map_err(|e| VoiceError::Device(format!("cannot start listening: {e}")))?;
-        Ok(Mic {
-            mode,
-            listens,
-            finish,
-        })
+        Ok(Mic { mode, finish })
     }
 
     async fn on_listen(&mut self, event: ListenEvent) {
@@ -463,7 +487,7 @@ impl LoopState {
                 // What was said before it went is heard (the listener finished first); then
                 // the microphone is shown off with the reason, as when it cannot open.
                 tracing::warn!(%why, "the microphone went away");
-                self.mic_down = self.mic.take().map(|mic| mic.listens);
+                self.mic_down = self.mic.take().is_some();
                 self.report_problem(Some(why));
                 if let Err(err) = self.service.set_listening(false).await {
                     tracing::warn!(%err, "listening could not be turned off");
@@ -522,6 +546,7 @@ impl LoopState {
 
     async fn on_reply_event(&mut self, event: Event) {
         if self.said_before == Some(event.reply()) {
+            tracing::debug!(reply = %event.reply(), "said before: not said again");
             return;
         }
         self.last_activity = Instant::now();
@@ -607,9 +632,10 @@ impl LoopState {
     }
 
     async fn replay(&mut self, reply: ReplyId) {
-        let store = self.service.store_of_reply(reply).clone();
-        let stored = tokio::task::spawn_blocking(move || store.reply(reply)).await;
-        let Ok(Ok(Some(stored))) = stored else { return };
+        tracing::debug!(%reply, "replaying");
+        let Ok(Some(stored)) = self.service.reply(reply).await else {
+            return;
+        };
         if let Err(err) = self.speaker.replay(reply, &stored.text).await {
             tracing::warn!(%err, "the answer could not be played");
         }

@@ -5,6 +5,7 @@ import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 import type {
   Activity,
   AppInfo,
+  Asked,
   Chat,
   ChatRecord,
   Fact,
@@ -29,7 +30,7 @@ export const api = {
   startAfresh: (chat: number) => invoke<number>("start_afresh", { chat }),
   records: (chat: number) => invoke<ChatRecord[]>("chat_records", { chat }),
   ask: (chat: number | null, text: string) =>
-    invoke<{ chat: number; reply: number }>("ask", { chat, text }),
+    invoke<Asked>("ask", { chat, text }),
   retry: (chat: number) => invoke<number>("retry", { chat }),
   stop: (chat: number) => invoke<boolean>("stop_reply", { chat }),
   attachChat: (chat: number, onEvent: (e: ReplyEvent) => void) => {

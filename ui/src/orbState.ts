@@ -25,8 +25,6 @@ export const idleStatus: VoiceStatus = {
   queue: [],
   answered_away: null,
   awake: false,
-  stops: 0,
-  listens: 0,
   awaiting_answer: false,
   speaking: false,
 };

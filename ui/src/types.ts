@@ -1,157 +1,350 @@
-// The shapes the Rust side sends (serde of the core's types).
+// The shapes the Rust side sends and takes: generated from the core's types by
+// tests/page_types.rs (ts-rs). Do not edit; after changing a Rust type run
+// `JARVIS_WRITE_TYPES=1 cargo test --test page_types`.
 
+/** A chat's id. */
+export type ChatId = number;
+
+/** A reply's id. */
+export type ReplyId = number;
+
+/** A record's id. */
+export type RecordId = number;
+
+/** Where a reply is in its life. */
 export type ReplyState = "waiting" | "running" | "done" | "stopped" | "failed" | "interrupted";
+
+/** Who said a record. */
 export type Role = "user" | "assistant" | "tool";
+
+/** A chat, with the state of its latest reply. */
+export type Chat = {
+  /** Its id. */
+  id: ChatId,
+  /** Its title. */
+  title: string,
+  /** Unix ms. */
+  created_at: number,
+  /** Unix ms of the last change. */
+  updated_at: number,
+  /** The latest reply's state, if any. */
+  last_reply: ReplyState | null,
+  /** Where the user started afresh: the seq of the first record the model sees. */
+  history_since: number | null,
+};
+
+/** One stored row of a chat. */
+export type ChatRecord = {
+  /** Its id. */
+  id: RecordId,
+  /** The chat. */
+  chat: ChatId,
+  /** Order within the chat. */
+  seq: number,
+  /** Who said it. */
+  role: Role,
+  /** What was said. */
+  text: string,
+  /** The reply an assistant record came from. */
+  reply: ReplyId | null,
+  /** Unix ms. */
+  created_at: number,
+};
+
+/** What happens to a reply; the same stream for the CLI, the windows and tests. */
+export type ReplyEvent = {
+  "type": "reply_started",
+  /** The chat. */
+  chat: ChatId,
+  /** The reply. */
+  reply: ReplyId,
+  /** The question's record. */
+  question: RecordId,
+} | {
+  "type": "waiting",
+  /** The reply. */
+  reply: ReplyId,
+  /** What to show. */
+  message: string,
+} | {
+  "type": "running",
+  /** The reply. */
+  reply: ReplyId,
+} | {
+  "type": "retrying",
+  /** The reply. */
+  reply: ReplyId,
+  /** Which retry (1 for the first). */
+  attempt: number,
+  /** Milliseconds until it. */
+  wait_ms: number,
+  /** Why. */
+  reason: string,
+} | {
+  "type": "action",
+  /** The reply. */
+  reply: ReplyId,
+  /** The tool. */
+  tool: string,
+  /** What to show. */
+  label: string,
+} | {
+  "type": "delta",
+  /** The reply. */
+  reply: ReplyId,
+  /** The text. */
+  text: string,
+} | {
+  "type": "reply_ended",
+  /** The reply. */
+  reply: ReplyId,
+  /** How: done, stopped, failed or interrupted. */
+  state: ReplyState,
+  /** Why, when it did not simply finish. */
+  reason: string | null,
+};
+
+/** Where a question asked in the chat window went. */
+export type Asked = {
+  /** The chat (a new one when none was given). */
+  chat: ChatId,
+  /** Its reply. */
+  reply: ReplyId,
+};
+
+/** What is going on, for menus and lists that enable, disable or mark things. */
+export type Activity = {
+  /** Chats with a reply being written (waiting or running), in this process. */
+  replying: Array<ChatId>,
+  /** Questions waiting in the voice conversation. */
+  queued: number,
+  /** A voice conversation exists (End conversation has something to end). */
+  conversation: boolean,
+  /** Jarvis's voice is playing (Stop reply cuts it). */
+  speaking: boolean,
+  /**
+   * Bumped whenever the chat list may have changed (a chat made, renamed, deleted, a reply
+   * started or ended).
+   */
+  generation: number,
+};
+
+/** How the orb listens. */
 export type ListenMode = "push_to_talk" | "hands_free" | "wake";
-export type Theme = "system" | "light" | "dark";
+
+/** A question waiting behind the running reply. */
+export type WaitingQuestion = {
+  /** Its id, for Remove. */
+  id: number,
+  /** What was asked. */
+  text: string,
+};
+
+/** What a window shows of the voice conversation. */
+export type VoiceStatus = {
+  /** The chat the conversation is saved in, once it has one. */
+  chat: ChatId | null,
+  /** How it listens now. */
+  mode: ListenMode,
+  /** A mode chosen during a reply, taken up once the reply is answered. */
+  pending_mode: ListenMode | null,
+  /** The microphone is open. */
+  listening: boolean,
+  /** The reply being written, waiting for the backend or running. */
+  replying: ReplyId | null,
+  /** Questions waiting behind it, first to start first. */
+  queue: Array<WaitingQuestion>,
+  /** A reply that finished while no window watched, not yet acknowledged. */
+  answered_away: ReplyId | null,
+  /**
+   * In wake mode: a wake conversation is open ("Hey Jarvis" was heard), so questions are
+   * taken without the wake word until a goodbye or a quiet spell.
+   */
+  awake: boolean,
+  /**
+   * The last answer asked the user something (a confirmation, or a question of the model's):
+   * what is said or typed next is taken as their reply, ahead of the waiting questions, and a
+   * "no", "cancel" or "never mind" then answers rather than stops.
+   */
+  awaiting_answer: boolean,
+  /**
+   * Jarvis's voice is playing (the voice loop says so): the reply's text may have ended long
+   * before, and Stop must stay within reach while it talks.
+   */
+  speaking: boolean,
+};
+
+/**
+ * What the orb draws its ring from, about 25 times a second while anything changes (nothing is
+ * sent while nothing does).
+ */
+export type Levels = {
+  /** The microphone's loudness (0–1) while it is open; `None` while it is shut. */
+  mic: number | null,
+  /** Jarvis's voice's loudness (0–1, lowered when ducked) while it plays. */
+  voice: number | null,
+};
+
+/**
+ * Something a window on the voice conversation should tell the user once (not a state: it is
+ * not kept, and a window that attaches later does not see it).
+ */
+export type VoiceNotice = {
+  "notice": "queue_full",
+  /** What was said. */
+  text: string,
+};
+
+/** What a window attached to the voice conversation reads next. */
+export type VoiceUpdate = {
+  "kind": "status",
+  "value": VoiceStatus
+} | {
+  "kind": "event",
+  "value": ReplyEvent
+} | {
+  "kind": "notice",
+  "value": VoiceNotice
+};
+
+/** How a question put to the voice conversation was taken. */
+export type VoiceTicket = {
+  "taken": "started",
+  /** The reply. */
+  reply: ReplyId,
+} | {
+  "taken": "queued",
+  /** Its id in the queue. */
+  id: number,
+};
+
+/** Which backend answers. */
 export type BackendKind = "anthropic" | "openai" | "local";
 
-export interface Chat {
-  id: number;
-  title: string;
-  created_at: number;
-  updated_at: number;
-  last_reply: ReplyState | null;
-  /** Where the user started afresh: the seq of the first record the model sees. */
-  history_since: number | null;
-}
+/** The look of the windows. */
+export type Theme = "system" | "light" | "dark";
 
-export interface ChatRecord {
-  id: number;
-  chat: number;
-  seq: number;
-  role: Role;
-  text: string;
-  reply: number | null;
-  created_at: number;
-}
-
-export type ReplyEvent =
-  | { type: "reply_started"; chat: number; reply: number; question: number }
-  | { type: "waiting"; reply: number; message: string }
-  | { type: "running"; reply: number }
-  | { type: "retrying"; reply: number; attempt: number; wait_ms: number; reason: string }
-  | { type: "action"; reply: number; tool: string; label: string }
-  | { type: "delta"; reply: number; text: string }
-  | { type: "reply_ended"; reply: number; state: ReplyState; reason: string | null };
-
-export interface Activity {
-  replying: number[];
-  queued: number;
-  conversation: boolean;
-  /** Jarvis's voice is playing. */
-  speaking: boolean;
-  generation: number;
-}
-
-export interface WaitingQuestion {
-  id: number;
-  text: string;
-}
-
-export interface VoiceStatus {
-  chat: number | null;
-  mode: ListenMode;
-  pending_mode: ListenMode | null;
-  listening: boolean;
-  replying: number | null;
-  queue: WaitingQuestion[];
-  answered_away: number | null;
-  awake: boolean;
-  stops: number;
-  listens: number;
-  /** The last answer asked the user something: what comes next is their reply to it. */
-  awaiting_answer: boolean;
-  /** Jarvis's voice is playing (it may go on after the reply's text has ended). */
-  speaking: boolean;
-}
-
-/** How loud the microphone (while open) and Jarvis's voice (while it plays) are, 0–1. */
-export interface Levels {
-  mic: number | null;
-  voice: number | null;
-}
-
-/** Something the orb tells the user once. */
-export type VoiceNotice = { notice: "queue_full"; text: string };
-
-export type VoiceUpdate =
-  | { kind: "status"; value: VoiceStatus }
-  | { kind: "event"; value: ReplyEvent }
-  | { kind: "notice"; value: VoiceNotice };
-
-export type VoiceTicket = { taken: "started"; reply: number } | { taken: "queued"; id: number };
-
-export interface AppInfo {
-  backend: BackendKind;
-  model: string;
-  theme: Theme;
-  problem: string | null;
-}
-
-export interface Endpoint {
-  model: string;
-  base_url: string | null;
-}
-
-export interface SettingsView {
-  backend: BackendKind;
-  anthropic: Endpoint;
-  openai: Endpoint;
-  local: Endpoint;
-  anthropic_key: string | null;
-  openai_key: string | null;
-  shortcut: string;
-  save_conversations: boolean;
-  wake_while_hidden: boolean;
-  earlier_conversations: boolean;
-  listen_mode: ListenMode;
-  speech_model: SpeechModel;
-  wake_threshold: number;
-  input_device: string;
-  rules: string;
-  theme: Theme;
-  path: string;
-}
-
+/** The speech-to-text model. */
 export type SpeechModel = "tiny_en" | "base";
 
-export interface SettingsForm {
-  backend: BackendKind;
-  model: string;
-  base_url: string | null;
-  api_key: string | null;
-  shortcut: string;
-  save_conversations: boolean;
-  wake_while_hidden: boolean;
-  speech_model: SpeechModel;
-  wake_threshold: number;
-  input_device: string;
-  rules: string;
-  theme: Theme;
-}
+/** What the pages show of the app at start: the backend that answers and what is wrong, if anything. */
+export type AppInfo = {
+  /** The backend that answers. */
+  backend: BackendKind,
+  /** Its model. */
+  model: string,
+  /** Light, dark or as the system is. */
+  theme: Theme,
+  /** What to fix, when something is wrong with the settings or the backend. */
+  problem: string | null,
+};
 
-/** The system's input devices, the default first. */
-export interface MicrophoneList {
-  default: string | null;
-  names: string[];
-}
+/** A backend's model and where it is reached. */
+export type Endpoint = {
+  /** The model's name (or the local model's file). */
+  model: string,
+  /** The base URL of a remote backend. */
+  base_url: string | null,
+};
 
-export interface Fact {
-  id: number;
-  text: string;
-  created_at: number;
-  updated_at: number;
-  /** The chat it was said in (null: added by the user, or that chat was deleted). */
-  chat: number | null;
-}
+/** What the Settings page shows. */
+export type SettingsView = {
+  /** The backend that answers. */
+  backend: BackendKind,
+  /** Anthropic's model and base URL as set now. */
+  anthropic: Endpoint,
+  /** The OpenAI-compatible endpoint's model and base URL. */
+  openai: Endpoint,
+  /** The local model (no base URL: Jarvis runs it). */
+  local: Endpoint,
+  /** Where Anthropic's key was found ("environment", "OS keyring"), or nothing. */
+  anthropic_key: string | null,
+  /** Where the OpenAI-compatible endpoint's key was found, or nothing. */
+  openai_key: string | null,
+  /** The push-to-talk shortcut. */
+  shortcut: string,
+  /** Whether voice conversations are kept as chats. */
+  save_conversations: boolean,
+  /** Whether the wake word is listened for while the orb is hidden. */
+  wake_while_hidden: boolean,
+  /** "Use earlier conversations" (the Memory panel's switch). */
+  earlier_conversations: boolean,
+  /** How the orb listens. */
+  listen_mode: ListenMode,
+  /** The speech-to-text model. */
+  speech_model: SpeechModel,
+  /** The wake word's score threshold. */
+  wake_threshold: number,
+  /** The microphone by name (empty: the system's default). */
+  input_device: string,
+  /** The user's rules file (empty: the built-in rules). */
+  rules: string,
+  /** Light, dark or as the system is. */
+  theme: Theme,
+  /** The file the settings are saved in. */
+  path: string,
+};
 
-/** A chat's summary, which Jarvis may recall into other chats. */
-export interface Summary {
-  chat: number;
-  title: string;
-  text: string;
-  updated_at: number;
+/** What the Settings page saves. `api_key` is write-only: stored in the keyring, never echoed. */
+export type SettingsForm = {
+  /** The backend that answers from the next reply on. */
+  backend: BackendKind,
+  /** Its model. */
+  model: string,
+  /** Its base URL (a remote backend's; empty keeps the one set). */
+  base_url: string | null,
+  /** A new key for it (empty keeps the one found). */
+  api_key: string | null,
+  /** The push-to-talk shortcut (the desktop checks its form). */
+  shortcut: string,
+  /** Keep voice conversations as chats. */
+  save_conversations: boolean,
+  /** Listen for the wake word while the orb is hidden. */
+  wake_while_hidden: boolean,
+  /** The speech-to-text model. */
+  speech_model: SpeechModel,
+  /** The wake word's score threshold (0.05–0.99). */
+  wake_threshold: number,
+  /** The microphone by name (empty: the system's default). */
+  input_device: string,
+  /** The user's rules file (empty: the built-in rules). */
+  rules: string,
+  /** Light, dark or as the system is. */
+  theme: Theme,
+};
+
+/** The microphones the system offers, each by the name [`CpalSource::device`] takes. */
+export type MicrophoneList = {
+  /** The system's default, when it has one. */
+  default: string | null,
+  /** Every input device, the default first, each name once. */
+  names: Array<string>,
+};
+
+/** A fact the user asked Jarvis to remember. */
+export type Fact = {
+  /** Its id. */
+  id: number,
+  /** The fact, as the user would say it. */
+  text: string,
+  /** Unix ms. */
+  created_at: number,
+  /** Unix ms of the last edit. */
+  updated_at: number,
+  /** The chat it was said in, while that chat exists. */
+  chat: ChatId | null,
+};
+
+/** A chat's summary, for recall from other chats. */
+export type Summary = {
+  /** The chat. */
+  chat: ChatId,
+  /** Its title. */
+  title: string,
+  /** The summary. */
+  text: string,
+  /** Unix ms. */
+  updated_at: number,
   /** The seq of the chat's last record it covers. */
-  upto: number;
-}
+  upto: number,
+};

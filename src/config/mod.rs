@@ -1,0 +1,269 @@
+//! Settings: a TOML file, overridden by the environment; API keys from the environment or the OS
+//! keyring. `settings` holds what the file says, `env` what the environment changes, `keyring`
+//! where keys come from, `write` how the file is changed in place; this module finds the files
+//! and loads them.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+mod env;
+mod keyring;
+mod settings;
+mod write;
+
+pub use self::keyring::{
+    delete_key, find_key, key_vars, store_key, KeySource, KeyringError, KEYRING_SERVICE,
+};
+pub use self::settings::*;
+pub use self::write::{write_settings, SettingValue};
+
+/// Where settings and keys went wrong; each message says what to do.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The settings file exists but is not valid TOML or has a bad key or value.
+    #[error("the settings file {path} is malformed: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message: line, column and key.
+        message: String,
+    },
+    /// The settings file could not be read.
+    #[error("cannot read the settings file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The settings file could not be written.
+    #[error("cannot write the settings file {path}: {source}")]
+    Unwritable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An environment variable has a value Jarvis does not understand.
+    #[error("{var}={value} is not valid: {expected}")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// No home directory, so no default data or config directory.
+    #[error("cannot find a home directory for the data and settings; set JARVIS_DATA_DIR and JARVIS_CONFIG")]
+    NoHome,
+}
+
+/// Where Jarvis keeps things, and the settings in force.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The settings file's path (it may not exist).
+    pub path: PathBuf,
+    /// Whether the file existed.
+    pub file_found: bool,
+    /// The data directory (the database lives here).
+    pub data_dir: PathBuf,
+    /// The settings, environment applied.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// Loads from the real environment.
+    pub fn load() -> Result<Config, ConfigError> {
+        Self::load_with(&|name| std::env::var(name).ok())
+    }
+
+    /// Loads with `env` standing for the environment.
+    pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let (mut config, text) = Self::locate(env)?;
+        if let Some(text) = text {
+            config.settings = Settings::parse(&text, &config.path)?;
+        }
+        config.settings.apply_env(env)?;
+        Ok(config)
+    }
+
+    /// Loads, but a bad settings file or variable gives the defaults and the error, so a window
+    /// can open and say what to fix. Only a missing home directory is an error.
+    pub fn load_or_defaults(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Option<ConfigError>), ConfigError> {
+        match Self::load_with(env) {
+            Ok(config) => Ok((config, None)),
+            Err(ConfigError::NoHome) => Err(ConfigError::NoHome),
+            Err(err) => {
+                let (mut config, _) = match Self::locate(env) {
+                    Ok(found) => found,
+                    Err(ConfigError::Unreadable { path, .. }) => (
+                        Config {
+                            path,
+                            file_found: true,
+                            data_dir: Self::data_dir(env)?,
+                            settings: Settings::default(),
+                        },
+                        None,
+                    ),
+                    Err(other) => return Err(other),
+                };
+                config.settings = Settings::default();
+                Ok((config, Some(err)))
+            }
+        }
+    }
+
+    /// The paths, and the settings file's text when it exists.
+    fn locate(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Option<String>), ConfigError> {
+        let path = match env("JARVIS_CONFIG") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => directories::ProjectDirs::from("", "", "jarvis")
+                .ok_or(ConfigError::NoHome)?
+                .config_dir()
+                .join("settings.toml"),
+        };
+        let data_dir = Self::data_dir(env)?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(ConfigError::Unreadable { path, source }),
+        };
+        let config = Config {
+            path,
+            file_found: text.is_some(),
+            data_dir,
+            settings: Settings::default(),
+        };
+        Ok((config, text))
+    }
+
+    fn data_dir(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, ConfigError> {
+        match env("JARVIS_DATA_DIR") {
+            Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+            _ => Ok(directories::ProjectDirs::from("", "", "jarvis")
+                .ok_or(ConfigError::NoHome)?
+                .data_dir()
+                .to_path_buf()),
+        }
+    }
+
+    /// The database file.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("jarvis.db")
+    }
+
+    /// The folder `scripts/models` installs models into.
+    pub fn model_dir(&self) -> PathBuf {
+        self.data_dir.join("models")
+    }
+
+    /// The model folder the environment names, without reading any settings: what tests and
+    /// benchmarks use to find the models `scripts/models` installed.
+    pub fn installed_model_dir(
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<PathBuf, ConfigError> {
+        Ok(Config::data_dir(env)?.join("models"))
+    }
+
+    /// The local model's file: `[local] model` as a path, or as a name in the model folder.
+    pub fn local_model_path(&self) -> PathBuf {
+        let model = Path::new(&self.settings.local.model);
+        if model.is_absolute() || model.components().count() > 1 {
+            model.to_path_buf()
+        } else {
+            self.model_dir().join(model)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saving_settings_changes_only_the_keys_given_and_never_writes_a_bad_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.toml");
+        let original = "# my settings\nbackend = \"local\"\n\n[local]\ntemperature = 0.5 # warm\n";
+        std::fs::write(&path, original).unwrap();
+        let saved = write_settings(
+            &path,
+            &[
+                (&["backend"], Some(SettingValue::Text("openai".into()))),
+                (
+                    &["openai", "model"],
+                    Some(SettingValue::Text("llama3".into())),
+                ),
+                (
+                    &["voice", "save_conversations"],
+                    Some(SettingValue::Bool(false)),
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(saved.backend, BackendKind::Openai);
+        assert_eq!(saved.openai.model, "llama3");
+        assert!(!saved.voice.save_conversations);
+        assert_eq!(saved.local.temperature, 0.5);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("# my settings") && text.contains("# warm"),
+            "{text}"
+        );
+
+        let err = write_settings(
+            &path,
+            &[(&["backend"], Some(SettingValue::Text("nope".into())))],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("backend"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "left as it was"
+        );
+    }
+
+    #[test]
+    fn a_malformed_file_names_the_file_line_and_key() {
+        let text = "backend = \"openai\"\n[timeouts]\nidle_secs = \"soon\"\n";
+        let err = Settings::parse(text, Path::new("/tmp/s.toml")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/tmp/s.toml"), "{msg}");
+        assert!(msg.contains("line 3"), "{msg}");
+        assert!(msg.contains("idle_secs"), "{msg}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_not_ignored() {
+        let err = Settings::parse("[openai]\nbase_ulr = \"x\"\n", Path::new("s.toml")).unwrap_err();
+        assert!(err.to_string().contains("base_ulr"), "{err}");
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let mut s = Settings::parse("backend = \"anthropic\"\n", Path::new("s.toml")).unwrap();
+        let env = |k: &str| match k {
+            "JARVIS_BACKEND" => Some("openai".to_string()),
+            "JARVIS_MODEL" => Some("m1".to_string()),
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:9/v1".to_string()),
+            _ => None,
+        };
+        s.apply_env(&env).unwrap();
+        assert_eq!(s.backend, BackendKind::Openai);
+        assert_eq!(s.openai.model, "m1");
+        assert_eq!(s.openai.base_url, "http://127.0.0.1:9/v1");
+        let bad = |k: &str| (k == "JARVIS_BACKEND").then(|| "gpt".to_string());
+        assert!(s
+            .apply_env(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("JARVIS_BACKEND"));
+    }
+}

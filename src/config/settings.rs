@@ -1,0 +1,497 @@
+//! What the settings file holds: each section with its defaults, and the enums shared by the
+//! layers above (the backend, how the orb listens, how a question was asked).
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Which backend answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// OpenAI or any OpenAI-compatible server.
+    Openai,
+    /// A GGUF model run on this machine's CPU by the `jarvis-llm` server that Jarvis starts.
+    #[default]
+    Local,
+}
+
+impl BackendKind {
+    /// The settings and CLI name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Anthropic => "anthropic",
+            BackendKind::Openai => "openai",
+            BackendKind::Local => "local",
+        }
+    }
+
+    /// The variable (in the environment, or as the OS keyring's user) holding this backend's API
+    /// key; none for the local model. The one place the names are spelled.
+    pub fn key_var(self) -> Option<&'static str> {
+        match self {
+            BackendKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            BackendKind::Openai => Some("OPENAI_API_KEY"),
+            BackendKind::Local => None,
+        }
+    }
+
+    /// [`Self::key_var`] of a backend that has one.
+    pub(crate) fn key_var_of(self) -> &'static str {
+        self.key_var().unwrap_or_default()
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Anthropic section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnthropicSettings {
+    /// Base URL; requests go to `{base_url}/v1/messages`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// The `anthropic-version` header.
+    pub version: String,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+}
+
+impl Default for AnthropicSettings {
+    fn default() -> Self {
+        AnthropicSettings {
+            base_url: "https://api.anthropic.com".into(),
+            model: "claude-sonnet-4-5".into(),
+            version: "2023-06-01".into(),
+            max_tokens: 4096,
+        }
+    }
+}
+
+/// The `[openai]` section: OpenAI or any OpenAI-compatible server (Ollama, llama.cpp, LM Studio, vLLM).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiSettings {
+    /// Base URL including the version path; requests go to `{base_url}/chat/completions`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+    /// Whether the server needs `OPENAI_API_KEY` (Ollama and llama.cpp do not).
+    pub requires_key: bool,
+    /// Sampling temperature; the server's default when unset.
+    pub temperature: Option<f32>,
+    /// Nucleus sampling; the server's default when unset.
+    pub top_p: Option<f32>,
+    /// A fixed seed, for servers that honour one.
+    pub seed: Option<u32>,
+    /// The server is Jarvis's own `jarvis-llm`, which is told which calls are housekeeping.
+    #[serde(skip)]
+    pub jarvis_server: bool,
+}
+
+impl OpenAiSettings {
+    fn openai() -> Self {
+        OpenAiSettings {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            max_tokens: 4096,
+            requires_key: true,
+            temperature: None,
+            top_p: None,
+            seed: None,
+            jarvis_server: false,
+        }
+    }
+}
+
+impl Default for OpenAiSettings {
+    fn default() -> Self {
+        Self::openai()
+    }
+}
+
+/// The `[local]` section: the model on this machine and how it samples.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalSettings {
+    /// A GGUF file: a path, or a file name in the model folder (`<data dir>/models`).
+    pub model: String,
+    /// The context window in tokens (at most the model's own); longer prompts lose their oldest turns.
+    pub context: u32,
+    /// CPU threads; 0 uses every core up to 8.
+    pub threads: u32,
+    /// Sampling temperature; 0 always picks the likeliest token. 0.2, as SmolLM2's own examples
+    /// use: the 135M model strays into other languages and invented facts more often at 0.7.
+    pub temperature: f32,
+    /// Nucleus sampling.
+    pub top_p: f32,
+    /// A fixed seed makes answers repeatable; unset, each answer draws anew.
+    pub seed: Option<u32>,
+    /// Maximum tokens of a reply.
+    pub max_tokens: u32,
+    /// Whether the model is offered Jarvis's tools (remember and forget).
+    pub tools: LocalTools,
+}
+
+/// Whether the local model is offered Jarvis's tools. Only a model whose own chat template
+/// offers tools in the Hermes way (`<tool_call>`, as Qwen2.5's) can be; `auto` also leaves out
+/// models under a billion parameters: Qwen2.5-Coder-0.5B writes the first call right but then
+/// repeats it instead of answering.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalTools {
+    /// When the template offers tools and the model has at least a billion parameters.
+    #[default]
+    Auto,
+    /// Whenever the template offers tools.
+    On,
+    /// Never.
+    Off,
+}
+
+impl LocalTools {
+    /// The word the settings file and `jarvis-llm --tools` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalTools::Auto => "auto",
+            LocalTools::On => "on",
+            LocalTools::Off => "off",
+        }
+    }
+}
+
+/// The default model's file name, installed by `scripts/models`.
+pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+impl Default for LocalSettings {
+    fn default() -> Self {
+        LocalSettings {
+            model: DEFAULT_MODEL.into(),
+            context: 4096,
+            threads: 0,
+            temperature: 0.2,
+            top_p: 0.9,
+            seed: None,
+            max_tokens: 512,
+            tools: LocalTools::Auto,
+        }
+    }
+}
+
+/// How long to wait for the network, in seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// To open the connection.
+    pub connect_secs: f64,
+    /// From sending the request to the first token of the reply.
+    pub first_token_secs: f64,
+    /// Between two pieces of the stream once it flows.
+    pub idle_secs: f64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_secs: 10.0,
+            first_token_secs: 120.0,
+            idle_secs: 60.0,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The connect timeout.
+    pub fn connect(&self) -> Duration {
+        secs(self.connect_secs)
+    }
+    /// The first-token timeout.
+    pub fn first_token(&self) -> Duration {
+        secs(self.first_token_secs)
+    }
+    /// The between-events timeout.
+    pub fn idle(&self) -> Duration {
+        secs(self.idle_secs)
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(60))
+}
+
+/// Retries before the first token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySettings {
+    /// How many times a 429, 529 / overloaded or 5xx is retried.
+    pub max_retries: u32,
+    /// The first backoff; it doubles each time.
+    pub initial_backoff_ms: u64,
+    /// A `retry-after` longer than this fails the reply at once instead of waiting.
+    pub max_wait_secs: u64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_retries: 3,
+            initial_backoff_ms: 1000,
+            max_wait_secs: 60,
+        }
+    }
+}
+
+/// Replies and their storage.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplySettings {
+    /// How many replies a remote backend writes at once (the local one: always one).
+    pub max_concurrent: usize,
+    /// Progress is stored at each sentence end or after this many milliseconds.
+    pub progress_ms: u64,
+    /// How long a locked database is waited for.
+    pub busy_timeout_ms: u64,
+    /// The model's context in tokens, for compacting long chats; 0: what the backend says
+    /// (the local model's `context`; 200,000 for Anthropic; 128,000 for OpenAI-compatible).
+    pub context_tokens: usize,
+}
+
+impl Default for ReplySettings {
+    fn default() -> Self {
+        ReplySettings {
+            max_concurrent: 4,
+            progress_ms: 250,
+            busy_timeout_ms: 5000,
+            context_tokens: 0,
+        }
+    }
+}
+
+/// Who the user is, for the profile the model sees.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProfileSettings {
+    /// The user's name; the profile block is headed "About {name}" ("About the user" when empty).
+    pub name: String,
+    /// A Markdown file whose text replaces the built-in rules the model is given; empty: the
+    /// built-in rules (`assets/rules.md`).
+    pub rules: String,
+}
+
+/// How the orb listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenMode {
+    /// The shortcut opens the microphone while it is held.
+    #[default]
+    PushToTalk,
+    /// The voice activity detector decides.
+    HandsFree,
+    /// "Hey Jarvis" opens a conversation.
+    Wake,
+}
+
+/// How a question was asked: typed, or spoken in one of the ways the orb listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Typed in a window or terminal.
+    Typed,
+    /// Spoken with the push-to-talk shortcut.
+    PushToTalk,
+    /// Spoken hands-free.
+    HandsFree,
+    /// Spoken after the wake word.
+    Wake,
+}
+
+impl Mode {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Mode::Typed => "typed",
+            Mode::PushToTalk => "spoken, push to talk",
+            Mode::HandsFree => "spoken, hands-free",
+            Mode::Wake => "spoken, after the wake word",
+        }
+    }
+}
+
+impl From<ListenMode> for Mode {
+    fn from(mode: ListenMode) -> Mode {
+        match mode {
+            ListenMode::PushToTalk => Mode::PushToTalk,
+            ListenMode::HandsFree => Mode::HandsFree,
+            ListenMode::Wake => Mode::Wake,
+        }
+    }
+}
+
+/// The voice conversation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VoiceSettings {
+    /// How the orb listens: `push_to_talk`, `hands_free` or `wake`.
+    pub mode: ListenMode,
+    /// Whether the voice conversation is also saved as a chat.
+    pub save_conversations: bool,
+    /// In wake mode, whether "Hey Jarvis" is still listened for while the orb is hidden (the tray
+    /// icon then shows the microphone on). Off: hiding the orb closes the microphone.
+    pub wake_while_hidden: bool,
+    /// The speech-to-text model: `tiny_en` (fast, English) or `base` (multilingual).
+    pub speech_model: SpeechModel,
+    /// How sure the wake word detector must be (0–1) that it heard "Hey Jarvis".
+    pub wake_threshold: f32,
+    /// The espeak-ng voice Jarvis speaks with.
+    pub tts_voice: String,
+    /// How fast it speaks, in words per minute.
+    pub tts_speed: u32,
+    /// The microphone by name; empty is the system's default.
+    pub input_device: String,
+    /// Threads for speech-to-text.
+    pub threads: usize,
+}
+
+impl Default for VoiceSettings {
+    fn default() -> Self {
+        VoiceSettings {
+            mode: ListenMode::PushToTalk,
+            save_conversations: true,
+            wake_while_hidden: false,
+            speech_model: SpeechModel::TinyEn,
+            wake_threshold: 0.5,
+            tts_voice: "en-us".into(),
+            tts_speed: 175,
+            input_device: String::new(),
+            threads: 2,
+        }
+    }
+}
+
+/// The speech-to-text model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeechModel {
+    /// Whisper tiny.en: English only, the fastest.
+    #[default]
+    TinyEn,
+    /// Whisper base: multilingual, about twice as slow.
+    Base,
+}
+
+impl SpeechModel {
+    /// Its file in the model folder, as `scripts/models voice` installs it.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            SpeechModel::TinyEn => "ggml-tiny.en.bin",
+            SpeechModel::Base => "ggml-base.bin",
+        }
+    }
+}
+
+/// The look of the windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Theme {
+    /// Follows the desktop.
+    #[default]
+    System,
+    /// Light.
+    Light,
+    /// Dark.
+    Dark,
+}
+
+/// The desktop app.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DesktopSettings {
+    /// The global push-to-talk shortcut, e.g. `Ctrl+Alt+Space`.
+    pub shortcut: String,
+    /// `system`, `light` or `dark`.
+    pub theme: Theme,
+}
+
+impl Default for DesktopSettings {
+    fn default() -> Self {
+        DesktopSettings {
+            shortcut: "Ctrl+Alt+Space".into(),
+            theme: Theme::System,
+        }
+    }
+}
+
+/// What Jarvis remembers besides the facts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemorySettings {
+    /// "Use earlier conversations": each chat is summarised after its answers, and the summaries
+    /// of related chats are recalled into a new one. Off: no summary is written or sent.
+    pub earlier_conversations: bool,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            earlier_conversations: true,
+        }
+    }
+}
+
+/// Everything the settings file holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// The backend that answers.
+    pub backend: BackendKind,
+    /// `[anthropic]`.
+    pub anthropic: AnthropicSettings,
+    /// `[openai]`.
+    pub openai: OpenAiSettings,
+    /// `[local]`.
+    pub local: LocalSettings,
+    /// `[timeouts]`.
+    pub timeouts: Timeouts,
+    /// `[retry]`.
+    pub retry: RetrySettings,
+    /// `[replies]`.
+    pub replies: ReplySettings,
+    /// `[profile]`.
+    pub profile: ProfileSettings,
+    /// `[memory]`.
+    pub memory: MemorySettings,
+    /// `[voice]`.
+    pub voice: VoiceSettings,
+    /// `[desktop]`.
+    pub desktop: DesktopSettings,
+}
+
+impl Settings {
+    /// Parses a settings file's text; `path` names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        toml::from_str(text).map_err(|err| ConfigError::Malformed {
+            path: path.to_path_buf(),
+            message: err.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// The model of the selected backend.
+    pub fn model(&self) -> &str {
+        match self.backend {
+            BackendKind::Anthropic => &self.anthropic.model,
+            BackendKind::Openai => &self.openai.model,
+            BackendKind::Local => &self.local.model,
+        }
+    }
+}

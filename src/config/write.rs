@@ -1,0 +1,91 @@
+//! Changing the settings file in place: its other keys, comments and layout stay.
+
+use std::path::Path;
+
+use super::{ConfigError, Settings};
+
+/// A value for [`write_settings`]: a string, a bool or an integer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingValue {
+    /// A string.
+    Text(String),
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+}
+
+/// Changes keys of the settings file in place — its other keys, comments and layout stay — after
+/// checking that the result is still valid settings; the file is replaced atomically. A key path is
+/// `["backend"]` or `["openai", "model"]`; `None` removes the key.
+pub fn write_settings(
+    path: &Path,
+    changes: &[(&[&str], Option<SettingValue>)],
+) -> Result<Settings, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => {
+            return Err(ConfigError::Unreadable {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let malformed = |message: String| ConfigError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| malformed(e.to_string().trim_end().to_string()))?;
+    for (keys, value) in changes {
+        let Some((last, tables)) = keys.split_last() else {
+            continue;
+        };
+        let mut table = doc.as_table_mut();
+        for name in tables {
+            let entry = table
+                .entry(name)
+                .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| malformed(format!("`{name}` is not a table")))?;
+        }
+        match value {
+            None => {
+                table.remove(last);
+            }
+            Some(value) => {
+                let value = match value {
+                    SettingValue::Text(t) => toml_edit::value(t.as_str()),
+                    SettingValue::Bool(b) => toml_edit::value(*b),
+                    SettingValue::Int(i) => toml_edit::value(*i),
+                    SettingValue::Float(f) => toml_edit::value((*f * 1000.0).round() / 1000.0),
+                };
+                match table.get_mut(last) {
+                    // In place, so the key's comments stay.
+                    Some(item) => *item = value,
+                    None => {
+                        table.insert(last, value);
+                    }
+                }
+            }
+        }
+    }
+    let text = doc.to_string();
+    let settings = Settings::parse(&text, path)?;
+    let unwritable = |source: std::io::Error| ConfigError::Unwritable {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(unwritable)?;
+    }
+    let temp = path.with_extension("toml.tmp");
+    std::fs::write(&temp, text).map_err(unwritable)?;
+    std::fs::rename(&temp, path).map_err(unwritable)?;
+    Ok(settings)
+}

@@ -1,0 +1,310 @@
+//! A running Jarvis as a shell holds it: the settings in force, the service, the backend the
+//! settings choose (or why it cannot answer), the voice supervisor, and what a saved Settings
+//! form changes. The desktop's commands translate to it; the core's tests drive it as they are.
+
+pub mod settings;
+pub mod voice;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use thiserror::Error;
+
+use crate::config::{self, Config, ConfigError, KeyringError, SettingValue, Settings};
+use crate::llm::{self, Backend, Unusable};
+use crate::memory::recall::Recall;
+use crate::service::{blocking, Service, ServiceError, ServiceOptions};
+use crate::store::{ChatId, Store, StoreError};
+
+pub use settings::{AppInfo, Applied, Asked, Endpoint, SettingsForm, SettingsView};
+pub use voice::{device_parts, PartsMaker, VoiceSupervisor};
+
+/// The environment as the session reads it (the real one, or a test's).
+pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The real environment.
+pub fn process_env() -> Env {
+    Arc::new(|name| std::env::var(name).ok())
+}
+
+/// Why a session could not open or a change could not be made; each says what to do.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    /// No home directory, or the settings could not be written.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be opened.
+    #[error("cannot open {path}: {source}")]
+    Database {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: StoreError,
+    },
+    /// A Settings form that cannot be saved; nothing was written.
+    #[error("{0}")]
+    Invalid(String),
+    /// A key the OS keyring would not take.
+    #[error("cannot store {var} in the OS keyring: {source}")]
+    Keyring {
+        /// The key's variable.
+        var: &'static str,
+        /// Why.
+        source: KeyringError,
+    },
+    /// A question that was not taken (the chat is replying, or gone).
+    #[error(transparent)]
+    Ask(#[from] crate::service::AskError),
+    /// The service is gone, or its database failed.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// A store call failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The backend the settings choose, or one that says why it cannot answer (and that reason).
+pub fn backend_for(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (Arc<dyn Backend>, Option<String>) {
+    match llm::from_config(config, env) {
+        Ok(backend) => (backend, None),
+        Err(err) => {
+            let reason = err.to_string();
+            let unusable = Unusable::new(
+                config.settings.backend,
+                config.settings.model(),
+                reason.clone(),
+            );
+            (Arc::new(unusable), Some(reason))
+        }
+    }
+}
+
+/// Settings, service and voice, together.
+pub struct Session {
+    service: Service,
+    config: Mutex<Config>,
+    /// What went wrong at start-up or since (a malformed settings file, a missing key, a
+    /// shortcut that could not be taken), shown in the chat window until fixed.
+    problem: Mutex<Option<String>>,
+    recall: Option<Arc<Recall>>,
+    voice: VoiceSupervisor,
+    env: Env,
+}
+
+impl Session {
+    /// Loads the settings (a bad file gives the defaults and is kept as the problem), opens the
+    /// database and starts the service on the current tokio runtime. The voice loop starts only
+    /// when asked ([`Session::start_voice`]), with parts from `parts`.
+    pub fn open(env: Env, parts: PartsMaker) -> Result<Session, SessionError> {
+        let (config, bad_settings) = Config::load_or_defaults(&*env)?;
+        let path = config.database_path();
+        let store = Store::open(
+            &path,
+            Duration::from_millis(config.settings.replies.busy_timeout_ms),
+        )
+        .map_err(|source| SessionError::Database { path, source })?;
+        let (backend, bad_backend) = backend_for(&config, &*env);
+        let problem = bad_settings.map(|e| e.to_string()).or(bad_backend);
+        if let Some(problem) = &problem {
+            tracing::warn!("{problem}");
+        }
+        let options = ServiceOptions::from_settings(&config.settings)
+            .with_recall(&store, &config.model_dir());
+        let recall = options.recall.clone();
+        let service = Service::start(store, backend, options);
+        let voice = VoiceSupervisor::new(service.clone(), parts);
+        Ok(Session {
+            service,
+            config: Mutex::new(config),
+            problem: Mutex::new(problem),
+            recall,
+            voice,
+            env,
+        })
+    }
+
+    fn locked_config(&self) -> MutexGuard<'_, Config> {
+        self.config.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn locked_problem(&self) -> MutexGuard<'_, Option<String>> {
+        self.problem.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The conversation service.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// The voice supervisor.
+    pub fn voice(&self) -> &VoiceSupervisor {
+        &self.voice
+    }
+
+    /// The environment the session reads.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.locked_config().clone()
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> Settings {
+        self.locked_config().settings.clone()
+    }
+
+    /// What to fix, when something is wrong with the settings or the backend.
+    pub fn problem(&self) -> Option<String> {
+        self.locked_problem().clone()
+    }
+
+    /// Asks in `chat`, or in a new chat when none is given (the first question names it).
+    pub async fn ask(&self, chat: Option<ChatId>, text: String) -> Result<Asked, SessionError> {
+        if text.trim().is_empty() {
+            return Err(SessionError::Invalid("the question is empty".into()));
+        }
+        let chat = match chat {
+            Some(chat) => chat,
+            None => self.service.new_chat(None).await?.id,
+        };
+        let reply = self.service.ask(chat, text).await?;
+        Ok(Asked { chat, reply })
+    }
+
+    /// What the pages show at start.
+    pub fn app_info(&self) -> AppInfo {
+        let settings = self.settings();
+        AppInfo {
+            backend: settings.backend,
+            model: settings.model().to_string(),
+            theme: settings.desktop.theme,
+            problem: self.problem(),
+        }
+    }
+
+    /// Keeps `problem` to show, unless one is shown already.
+    pub fn report_problem(&self, problem: String) {
+        self.locked_problem().get_or_insert(problem);
+    }
+
+    /// Starts (or replaces) the voice loop from the settings in force.
+    pub async fn start_voice(&self) {
+        self.voice.start(self.config()).await;
+    }
+
+    /// What the Settings page shows. Asks the OS keyring where a key is, so it may block.
+    pub fn view(&self) -> SettingsView {
+        SettingsView::of(&self.config(), &*self.env)
+    }
+
+    /// Saves a Settings form: checks it (nothing is written when it is refused), stores a new
+    /// key in the OS keyring, writes the settings file, and puts the change in force — a new
+    /// backend for the next reply when the backend's settings, the key or a problem changed (a
+    /// reply being written keeps its own), the voice loop restarted once the conversation is
+    /// quiet when the speech model, threshold or microphone changed. Says what changed.
+    pub async fn apply(&self, form: SettingsForm) -> Result<Applied, SessionError> {
+        let changes = form.changes().map_err(SessionError::Invalid)?;
+        let new_key = form.new_key().map(str::to_string);
+        if let (Some(var), Some(key)) = (form.backend.key_var(), new_key.clone()) {
+            let key = SecretString::from(key);
+            tokio::task::spawn_blocking(move || config::store_key(var, &key))
+                .await
+                .map_err(|e| SessionError::Invalid(format!("storing the key stopped: {e}")))?
+                .map_err(|source| SessionError::Keyring { var, source })?;
+        }
+        let (old, config) = self.write(changes).await?;
+        let new = &config.settings;
+        let backend_changed = old.backend != new.backend
+            || old.anthropic != new.anthropic
+            || old.openai != new.openai
+            || old.local != new.local
+            || old.replies != new.replies
+            || new_key.is_some()
+            // A problem (a bad file, a missing key) may be fixed now: look again.
+            || self.problem().is_some();
+        let backend = if backend_changed {
+            let (backend, problem) = backend_for(&config, &*self.env);
+            *self.locked_problem() = problem;
+            Some(backend)
+        } else {
+            None
+        };
+        let voice_changed = old.voice.speech_model != new.voice.speech_model
+            || old.voice.wake_threshold != new.voice.wake_threshold
+            || old.voice.input_device != new.voice.input_device;
+        self.service
+            .reconfigure(backend, ServiceOptions::from_settings(new))
+            .await?;
+        if voice_changed {
+            self.voice.restart_when_quiet(config.clone());
+        }
+        Ok(Applied {
+            backend: backend_changed,
+            voice: voice_changed,
+            shortcut: (old.desktop.shortcut != new.desktop.shortcut)
+                .then(|| new.desktop.shortcut.clone()),
+            theme: new.desktop.theme,
+        })
+    }
+
+    /// "Use earlier conversations": saved, and in force from the next reply on.
+    pub async fn set_earlier_conversations(&self, on: bool) -> Result<(), SessionError> {
+        let changes = vec![(
+            vec!["memory", "earlier_conversations"],
+            Some(SettingValue::Bool(on)),
+        )];
+        let (_, config) = self.write(changes).await?;
+        self.service
+            .reconfigure(None, ServiceOptions::from_settings(&config.settings))
+            .await?;
+        Ok(())
+    }
+
+    /// Writes `changes` to the settings file and makes the result the settings in force;
+    /// returns the settings before and the configuration after.
+    async fn write(
+        &self,
+        changes: Vec<settings::Change>,
+    ) -> Result<(Settings, Config), SessionError> {
+        let path = self.locked_config().path.clone();
+        let mut settings = tokio::task::spawn_blocking(move || {
+            let borrowed: Vec<(&[&str], Option<SettingValue>)> = changes
+                .iter()
+                .map(|(keys, value)| (keys.as_slice(), value.clone()))
+                .collect();
+            config::write_settings(&path, &borrowed)
+        })
+        .await
+        .map_err(|e| SessionError::Invalid(format!("saving the settings stopped: {e}")))??;
+        settings.apply_env(&*self.env)?;
+        let mut config = self.locked_config();
+        let old = std::mem::replace(&mut config.settings, settings);
+        config.file_found = true;
+        Ok((old, config.clone()))
+    }
+
+    /// What the model would be sent for `text` in `chat` (keys redacted): the same as `jarvis
+    /// request`, with the running service's recall (its embedder stays loaded).
+    pub async fn preview(
+        &self,
+        chat: Option<ChatId>,
+        text: String,
+    ) -> Result<serde_json::Value, SessionError> {
+        let config = self.config();
+        let store = self.service.store().clone();
+        let mut options = ServiceOptions::from_settings(&config.settings);
+        options.recall = self.recall.clone();
+        let env = self.env.clone();
+        Ok(
+            blocking(move || crate::prompt::preview(&config, &store, &options, chat, &text, &*env))
+                .await?,
+        )
+    }
+}

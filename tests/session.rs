@@ -1,0 +1,362 @@
+//! The session as the desktop holds it, driven here without a window: a real settings file in a
+//! temporary directory, the stub LLM over loopback, and voice loops built by a maker that records
+//! each build (its speaker is a [`Recorder`]) and can be held mid-build, as loading a speech model
+//! holds a real one.
+
+mod support;
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use jarvis::config::{BackendKind, Settings, SpeechModel, Theme};
+use jarvis::session::{Applied, Env, PartsMaker, Session, SessionError, SettingsForm};
+use jarvis::voice::{models, Espeak, FeedSource, Recorder, VoiceError, VoiceParts};
+use jarvis::ReplyId;
+use jarvis_stub::{Script, Stub};
+use support::*;
+
+/// A build of the voice loop: the speech model it was asked for and its speaker.
+#[derive(Clone)]
+struct Build {
+    speech_model: SpeechModel,
+    speaker: Recorder,
+}
+
+/// Makes voice loops, keeps each build, and can hold a build until released.
+#[derive(Clone, Default)]
+struct Maker {
+    builds: Arc<Mutex<Vec<Build>>>,
+    /// Builds begun (a held one counts before it is kept).
+    begun: Arc<Mutex<usize>>,
+    hold: Arc<(Mutex<bool>, Condvar)>,
+    broken: Arc<Mutex<Option<String>>>,
+}
+
+impl Maker {
+    fn parts(&self) -> PartsMaker {
+        let me = self.clone();
+        Arc::new(move |config: &jarvis::config::Config| {
+            *me.begun.lock().unwrap() += 1;
+            let (held, wake) = &*me.hold;
+            let mut held = held.lock().unwrap();
+            while *held {
+                held = wake.wait(held).unwrap();
+            }
+            drop(held);
+            if let Some(why) = me.broken.lock().unwrap().clone() {
+                return Err(VoiceError::Device(why));
+            }
+            let speaker = Recorder::new(22_050);
+            me.builds.lock().unwrap().push(Build {
+                speech_model: config.settings.voice.speech_model,
+                speaker: speaker.clone(),
+            });
+            let (source, _feed) = FeedSource::new();
+            Ok(VoiceParts {
+                source: Arc::new(source),
+                sink: Arc::new(speaker),
+                transcriber: Arc::new(models::lazy_whisper(&model_dir(), SpeechModel::TinyEn, 1)?),
+                synthesizer: Arc::new(Espeak::default()),
+                wake: None,
+            })
+        })
+    }
+
+    fn set_held(&self, on: bool) {
+        *self.hold.0.lock().unwrap() = on;
+        self.hold.1.notify_all();
+    }
+
+    fn builds(&self) -> Vec<Build> {
+        self.builds.lock().unwrap().clone()
+    }
+
+    fn begun(&self) -> usize {
+        *self.begun.lock().unwrap()
+    }
+}
+
+struct Rig {
+    dir: Dir,
+    stub: Stub,
+    session: Session,
+    maker: Maker,
+}
+
+fn env_for(dir: &Dir) -> Env {
+    let config = dir.path().join("settings.toml");
+    let data = dir.path().to_path_buf();
+    Arc::new(move |name: &str| match name {
+        "JARVIS_KEYRING" => Some("off".into()),
+        "JARVIS_CONFIG" => Some(config.display().to_string()),
+        "JARVIS_DATA_DIR" => Some(data.display().to_string()),
+        _ => None,
+    })
+}
+
+/// A session over a settings file written from `settings` (or the file's text as given).
+async fn rig_with_file(file: impl FnOnce(&Stub) -> String) -> Rig {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    std::fs::write(dir.path().join("settings.toml"), file(&stub)).unwrap();
+    let maker = Maker::default();
+    let session = Session::open(env_for(&dir), maker.parts()).unwrap();
+    Rig {
+        dir,
+        stub,
+        session,
+        maker,
+    }
+}
+
+async fn rig() -> Rig {
+    rig_with_file(|stub| toml::to_string(&settings(BackendKind::Openai, stub)).unwrap()).await
+}
+
+/// The form the Settings page would send for the settings in force.
+fn form_of(settings: &Settings) -> SettingsForm {
+    SettingsForm {
+        backend: settings.backend,
+        model: settings.model().to_string(),
+        base_url: Some(settings.openai.base_url.clone()),
+        api_key: None,
+        shortcut: settings.desktop.shortcut.clone(),
+        save_conversations: settings.voice.save_conversations,
+        wake_while_hidden: settings.voice.wake_while_hidden,
+        speech_model: settings.voice.speech_model,
+        wake_threshold: settings.voice.wake_threshold,
+        input_device: settings.voice.input_device.clone(),
+        rules: settings.profile.rules.clone(),
+        theme: settings.desktop.theme,
+    }
+}
+
+impl Rig {
+    fn form(&self) -> SettingsForm {
+        form_of(&self.session.settings())
+    }
+
+    fn file(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("settings.toml")).unwrap()
+    }
+
+    /// Waits until `done` holds, for `what`.
+    async fn until(&self, what: &str, done: impl Fn() -> bool) {
+        let wait = async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    }
+
+    /// A finished answer in a new chat.
+    async fn answered(&self, text: &str) -> ReplyId {
+        let (_, reply, mut attachment) = ask_new(self.session.service(), text).await;
+        until_end(&mut attachment, reply).await;
+        reply
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_form_that_cannot_be_saved_is_refused_with_its_reason_and_writes_nothing() {
+    let rig = rig().await;
+    let before = rig.file();
+    let missing = rig.dir.path().join("no-such-rules.md");
+    type Change = Box<dyn Fn(&mut SettingsForm)>;
+    let cases: Vec<(&str, Change)> = vec![
+        (
+            "the model cannot be empty",
+            Box::new(|f| f.model = "  ".into()),
+        ),
+        (
+            "the wake word threshold must be between 0.05 and 0.99",
+            Box::new(|f| f.wake_threshold = 1.5),
+        ),
+        (
+            "the base URL must start with http:// or https://",
+            Box::new(|f| f.base_url = Some("ftp://example.com".into())),
+        ),
+        (
+            "no-such-rules.md",
+            Box::new(move |f| f.rules = missing.display().to_string()),
+        ),
+    ];
+    for (reason, change) in cases {
+        let mut form = rig.form();
+        form.theme = Theme::Dark;
+        change(&mut form);
+        let err = rig.session.apply(form).await.unwrap_err();
+        assert!(
+            matches!(err, SessionError::Invalid(_)) && err.to_string().contains(reason),
+            "{err}"
+        );
+        assert_eq!(rig.file(), before, "a refused form changed the file");
+        assert_eq!(rig.session.settings().desktop.theme, Theme::System);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_model() {
+    let rig = rig().await;
+
+    let mut form = rig.form();
+    form.theme = Theme::Dark;
+    let applied = rig.session.apply(form).await.unwrap();
+    assert_eq!(
+        applied,
+        Applied {
+            backend: false,
+            voice: false,
+            shortcut: None,
+            theme: Theme::Dark
+        }
+    );
+    assert!(rig.file().contains("theme = \"dark\""), "{}", rig.file());
+    assert_eq!(rig.session.view().theme, Theme::Dark);
+
+    let mut form = rig.form();
+    form.model = "a-better-model".into();
+    form.shortcut = "Ctrl+Alt+J".into();
+    let applied = rig.session.apply(form).await.unwrap();
+    assert!(applied.backend && !applied.voice, "{applied:?}");
+    assert_eq!(applied.shortcut.as_deref(), Some("Ctrl+Alt+J"));
+
+    rig.stub.push(Script::text("Answered by the better model."));
+    rig.answered("Which model answers?").await;
+    let received = rig.stub.received();
+    let model = received.last().unwrap().body["model"].clone();
+    assert_eq!(model, "a-better-model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_settings_file_is_shown_as_the_problem_until_a_saved_form_fixes_it() {
+    let rig = rig_with_file(|_| "backend = [broken".into()).await;
+    let problem = rig.session.problem().expect("the bad file is the problem");
+    assert!(problem.contains("malformed"), "{problem}");
+    assert_eq!(rig.session.settings(), Settings::default());
+
+    // Saving the form over it writes good settings, and the problem is looked at again.
+    std::fs::remove_file(rig.dir.path().join("settings.toml")).unwrap();
+    let applied = rig
+        .session
+        .apply(form_of(&Settings::default()))
+        .await
+        .unwrap();
+    assert!(applied.backend);
+    assert_eq!(rig.session.problem(), None);
+    assert!(rig.file().contains("backend = \"local\""), "{}", rig.file());
+
+    // A form that leaves a remote backend without its key: that is the problem now.
+    let mut form = rig.form();
+    form.backend = BackendKind::Openai;
+    form.model = "gpt-4o-mini".into();
+    rig.session.apply(form).await.unwrap();
+    let problem = rig.session.problem().expect("the missing key");
+    assert!(problem.contains("OPENAI_API_KEY is not set"), "{problem}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is_answered() {
+    let rig = rig().await;
+    rig.session.start_voice().await;
+    assert_eq!(rig.maker.builds().len(), 1);
+
+    rig.stub.push(
+        Script::text("A slow answer, word by word, to the end.").paced(Duration::from_millis(150)),
+    );
+    rig.session
+        .service()
+        .voice_ask("Take your time.")
+        .await
+        .unwrap();
+    let mut form = rig.form();
+    form.speech_model = SpeechModel::Base;
+    let applied = rig.session.apply(form).await.unwrap();
+    assert!(applied.voice && !applied.backend, "{applied:?}");
+
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        rig.session
+            .service()
+            .voice_status()
+            .borrow()
+            .replying
+            .is_some(),
+        "the reply ended too soon for the test"
+    );
+    assert_eq!(
+        rig.maker.builds().len(),
+        1,
+        "the loop restarted during the reply"
+    );
+
+    rig.until("the new voice loop", || rig.maker.builds().len() == 2)
+        .await;
+    assert!(rig
+        .session
+        .service()
+        .voice_status()
+        .borrow()
+        .replying
+        .is_none());
+    assert_eq!(rig.maker.builds()[1].speech_model, SpeechModel::Base);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn play_pressed_while_a_new_voice_loop_is_built_is_said_by_the_new_loop() {
+    let rig = rig().await;
+    rig.stub
+        .push(Script::text("The answer to read aloud again, once more."));
+    let reply = rig.answered("Say something.").await;
+    rig.session.start_voice().await;
+
+    // The next build (after the speech model changes) is held, as loading a model holds it.
+    rig.maker.set_held(true);
+    let mut form = rig.form();
+    form.speech_model = SpeechModel::Base;
+    rig.session.apply(form).await.unwrap();
+    rig.until("the restart to begin its build", || rig.maker.begun() == 2)
+        .await;
+
+    rig.session.voice().replay(reply).await.unwrap();
+    rig.maker.set_held(false);
+    rig.until("the new loop", || rig.maker.builds().len() == 2)
+        .await;
+    let builds = rig.maker.builds();
+    rig.until("the answer read aloud by the new loop", || {
+        builds[1].speaker.played_samples().duration() >= Duration::from_millis(500)
+    })
+    .await;
+    assert_eq!(
+        builds[0].speaker.played_samples().duration(),
+        Duration::ZERO,
+        "the old loop began it (and was dropped with it)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_loop_that_cannot_start_says_why_and_refuses_to_listen_or_speak() {
+    let rig = rig().await;
+    *rig.maker.broken.lock().unwrap() = Some("no microphone here".into());
+    let mut problems = rig.session.voice().problems();
+    rig.session.start_voice().await;
+    let shown = problems.wait_for(Option::is_some).await.unwrap().clone();
+    assert!(shown.unwrap().contains("no microphone here"));
+    let refused = rig.session.voice().can_listen().unwrap_err();
+    assert!(refused.contains("no microphone here"), "{refused}");
+    let reply = {
+        rig.stub.push(Script::text("Something."));
+        rig.answered("Anything.").await
+    };
+    let refused = rig.session.voice().replay(reply).await.unwrap_err();
+    assert!(refused.contains("no microphone here"), "{refused}");
+
+    // Fixed, and started again: the problem goes.
+    *rig.maker.broken.lock().unwrap() = None;
+    rig.session.start_voice().await;
+    assert_eq!(*problems.wait_for(Option::is_none).await.unwrap(), None);
+    rig.session.voice().can_listen().unwrap();
+}
