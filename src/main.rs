@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use jarvis::config::{self, BackendKind, Config};
+use jarvis::config::{self, Config};
 use jarvis::llm::{self, Backend};
 use jarvis::store::{Record, ReplyState, Role, Store};
 use jarvis::voice;
@@ -383,59 +383,62 @@ async fn run(command: Command) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&request)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Facts { action } => {
-            let store = open_store(&config)?;
-            match action.unwrap_or(FactAction::List) {
-                FactAction::List => {
-                    for fact in store.facts()? {
-                        println!("{}\t{}", fact.id, fact.text);
-                    }
-                }
-                FactAction::Add { text } => {
-                    let fact = store.add_fact(&text.join(" "), None)?;
-                    println!("{}\t{}", fact.id, fact.text);
-                }
-                FactAction::Edit { id, text } => {
-                    let fact = store.edit_fact(id, &text.join(" "))?;
-                    println!("{}\t{}", fact.id, fact.text);
-                }
-                FactAction::Rm { id } => {
-                    store.remove_fact(id)?;
-                    println!("fact {id} forgotten");
-                }
-                FactAction::Summaries => {
-                    for s in store.summaries()? {
-                        let day = chrono::DateTime::from_timestamp_millis(s.updated_at)
-                            .map(|t| {
-                                t.with_timezone(&chrono::Local)
-                                    .format("%Y-%m-%d")
-                                    .to_string()
-                            })
-                            .unwrap_or_default();
-                        println!(
-                            "{}\t{day}\t{}\t{}",
-                            s.chat,
-                            s.title,
-                            s.text.replace('\n', " ")
-                        );
-                    }
-                    if !config.settings.memory.earlier_conversations {
-                        eprintln!(
-                            "(earlier conversations are off in the settings: none of these is recalled)"
-                        );
-                    }
-                }
-                FactAction::RmSummary { chat } => {
-                    if store.delete_summary(ChatId(chat))? {
-                        println!("the summary of chat {chat} is forgotten; the chat is kept");
-                    } else {
-                        anyhow::bail!("chat {chat} has no summary");
-                    }
-                }
+        Command::Facts { action } => facts(&config, action.unwrap_or(FactAction::List)),
+    }
+}
+
+/// `jarvis facts`: the facts Jarvis remembers and the summaries it may recall.
+fn facts(config: &Config, action: FactAction) -> Result<ExitCode> {
+    let store = open_store(config)?;
+    match action {
+        FactAction::List => {
+            for fact in store.facts()? {
+                println!("{}\t{}", fact.id, fact.text);
             }
-            Ok(ExitCode::SUCCESS)
+        }
+        FactAction::Add { text } => {
+            let fact = store.add_fact(&text.join(" "), None)?;
+            println!("{}\t{}", fact.id, fact.text);
+        }
+        FactAction::Edit { id, text } => {
+            let fact = store.edit_fact(id, &text.join(" "))?;
+            println!("{}\t{}", fact.id, fact.text);
+        }
+        FactAction::Rm { id } => {
+            store.remove_fact(id)?;
+            println!("fact {id} forgotten");
+        }
+        FactAction::Summaries => {
+            for s in store.summaries()? {
+                let day = chrono::DateTime::from_timestamp_millis(s.updated_at)
+                    .map(|t| {
+                        t.with_timezone(&chrono::Local)
+                            .format("%Y-%m-%d")
+                            .to_string()
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "{}\t{day}\t{}\t{}",
+                    s.chat,
+                    s.title,
+                    s.text.replace('\n', " ")
+                );
+            }
+            if !config.settings.memory.earlier_conversations {
+                eprintln!(
+                    "(earlier conversations are off in the settings: none of these is recalled)"
+                );
+            }
+        }
+        FactAction::RmSummary { chat } => {
+            if store.delete_summary(ChatId(chat))? {
+                println!("the summary of chat {chat} is forgotten; the chat is kept");
+            } else {
+                anyhow::bail!("chat {chat} has no summary");
+            }
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn key(action: KeyAction) -> Result<ExitCode> {
@@ -713,190 +716,18 @@ fn mark(state: ReplyState, reason: Option<&str>) -> String {
 }
 
 async fn doctor(config: &Config) -> Result<ExitCode> {
-    let mut problems = Vec::new();
-    let s = &config.settings;
-    println!(
-        "settings file: {} ({})",
-        config.path.display(),
-        if config.file_found {
-            "found"
-        } else {
-            "not found; using defaults"
-        }
-    );
-    println!("data directory: {}", config.data_dir.display());
-    match open_store(config).and_then(|st| Ok(st.schema_version()?)) {
-        Ok(version) => println!(
-            "database: {} (schema version {version})",
-            config.database_path().display()
-        ),
-        Err(err) => {
-            println!("database: {err:#}");
-            problems.push("the database cannot be opened (see above)".to_string());
-        }
+    let report = jarvis::session::doctor::diagnose(config, &env).await;
+    for finding in &report.findings {
+        println!("{}: {}", finding.topic, finding.text);
     }
-    let remote = match s.backend {
-        BackendKind::Anthropic => Some((
-            s.anthropic.base_url.as_str(),
-            s.backend.key_var().unwrap_or_default(),
-            true,
-        )),
-        BackendKind::Openai => Some((
-            s.openai.base_url.as_str(),
-            s.backend.key_var().unwrap_or_default(),
-            s.openai.requires_key,
-        )),
-        BackendKind::Local => None,
-    };
-    if let Some((base_url, key_var, needs_key)) = remote {
-        println!("backend: {} (model {}, {base_url})", s.backend, s.model());
-        if needs_key {
-            match config::find_key(key_var, &env) {
-                Some((_, source)) => println!("key: {key_var} present ({source})"),
-                None => {
-                    println!("key: {key_var} missing");
-                    problems.push(format!(
-                        "set {key_var}, store it in the OS keyring (`jarvis key set {key_var}`), or choose another backend with JARVIS_BACKEND"
-                    ));
-                }
-            }
-        } else {
-            println!("key: not needed");
-        }
-        match reachable(base_url).await {
-            Ok(()) => println!("server: reachable"),
-            Err(reason) => {
-                println!("server: not reachable ({reason})");
-                problems.push(format!("check the network and the base URL {base_url}"));
-            }
-        }
-    } else {
-        println!("backend: local (no key needed)");
-    }
-    // The local model is reported whichever backend is selected: it is the offline fallback.
-    let model = config.local_model_path();
-    match llm::local::describe(&model, s.local.tools, &env).await {
-        Ok(info) => {
-            println!(
-                "local model: {} ({:.1} MB, {}, {}, {} parameters, context {})",
-                info.path,
-                info.size as f64 / 1e6,
-                info.architecture,
-                info.quantization,
-                human_count(info.parameters),
-                info.context_length
-            );
-            println!(
-                "local model tools: {}",
-                match (info.tools, info.tools_offered, s.local.tools) {
-                    (_, true, _) => "offered (remember and forget)",
-                    (false, _, _) => "none (its chat template has no tool format)",
-                    (true, false, jarvis::config::LocalTools::Off) => "off in settings",
-                    (true, false, _) =>
-                        "not offered: under a billion parameters (`[local] tools = \"on\"` offers them)",
-                }
-            );
-        }
-        Err(reason) => {
-            println!("local model: {reason}");
-            if s.backend == BackendKind::Local {
-                problems.push(format!(
-                    "install the local model: {}",
-                    llm::local::INSTALL_HINT
-                ));
-            }
-        }
-    }
-    match jarvis::prompt::rules_from(&s.profile.rules) {
-        Ok(_) if s.profile.rules.trim().is_empty() => println!("rules: built-in"),
-        Ok(_) => println!("rules: {}", s.profile.rules.trim()),
-        Err(err) => {
-            println!("rules: {err}; the built-in rules are used");
-            problems.push(
-                "fix [profile] rules in the settings file, or empty it for the built-in rules"
-                    .into(),
-            );
-        }
-    }
-    // Voice: reported, never a reason to fail — typing works without it.
-    let models = config.model_dir();
-    let speech = voice::models::speech_model_file(&models, s.voice.speech_model);
-    let wake = voice::models::wake_factory(&models);
-    let espeak = voice::Espeak::new(&s.voice.tts_voice, s.voice.tts_speed).available();
-    println!(
-        "voice: speech model {} ({}); wake word {}; espeak-ng {}",
-        speech.display(),
-        if speech.is_file() {
-            "installed"
-        } else {
-            "missing: run scripts/models voice"
-        },
-        match &wake {
-            Ok(_) => "ready".to_string(),
-            Err(err) => err.to_string(),
-        },
-        if espeak {
-            "found"
-        } else {
-            "missing: apt-get install espeak-ng"
-        }
-    );
-    let wanted = s.voice.input_device.trim();
-    let listed = tokio::task::spawn_blocking(voice::device::microphones)
-        .await
-        .map_err(anyhow::Error::from)
-        .and_then(|found| Ok(found?));
-    match listed {
-        Ok(found) => println!(
-            "microphone: {}; found: {}",
-            match (wanted, &found.default) {
-                ("", Some(default)) => format!("the system default ({default})"),
-                ("", None) => "the system default (there is none)".to_string(),
-                (name, _) if found.names.iter().any(|n| n == name) => format!("{name:?}"),
-                (name, _) => format!("{name:?}, not connected: choose another in Settings"),
-            },
-            if found.names.is_empty() {
-                "none".to_string()
-            } else {
-                found.names.join(", ")
-            }
-        ),
-        Err(err) => println!("microphone: cannot list the input devices ({err})"),
-    }
-    if problems.is_empty() {
+    if report.to_do.is_empty() {
         println!("all good");
         Ok(ExitCode::SUCCESS)
     } else {
         println!("to do:");
-        for p in problems {
+        for p in &report.to_do {
             println!("- {p}");
         }
         Ok(ExitCode::from(EXIT_FAILED))
-    }
-}
-
-/// 134515008 → "135M".
-fn human_count(n: u64) -> String {
-    match n {
-        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),
-        n => n.to_string(),
-    }
-}
-
-/// Whether a TCP connection to the URL's host and port opens within two seconds.
-async fn reachable(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad URL: {e}"))?;
-    let host = parsed.host_str().ok_or("no host in the URL")?.to_string();
-    let port = parsed.port_or_known_default().ok_or("no port in the URL")?;
-    match tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(_) => Err("timed out".into()),
     }
 }

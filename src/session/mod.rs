@@ -2,6 +2,7 @@
 //! settings choose (or why it cannot answer), the voice supervisor, and what a saved Settings
 //! form changes. The desktop's commands translate to it; the core's tests drive it as they are.
 
+pub mod doctor;
 pub mod settings;
 pub mod voice;
 

@@ -1,0 +1,276 @@
+//! `jarvis doctor`: what Jarvis finds on this machine — the settings, the database, the backend
+//! and its key, the local model, the rules, the voice parts and the microphones — each as a line
+//! to show, and what the user must do, if anything, for Jarvis to answer.
+
+use std::time::Duration;
+
+use crate::config::{self, BackendKind, Config, LocalTools};
+use crate::store::Store;
+use crate::{llm, voice};
+
+/// One thing looked at, and what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// What was looked at ("database", "key", "voice").
+    pub topic: &'static str,
+    /// What was found.
+    pub text: String,
+}
+
+/// Everything looked at, in order, and what to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Each finding.
+    pub findings: Vec<Finding>,
+    /// What keeps Jarvis from answering, each as what to do; empty when all is good. (The
+    /// voice and the microphones are reported, never a reason: typing works without them.)
+    pub to_do: Vec<String>,
+}
+
+impl Report {
+    fn found(&mut self, topic: &'static str, text: impl Into<String>) {
+        self.findings.push(Finding {
+            topic,
+            text: text.into(),
+        });
+    }
+
+    fn must(&mut self, what: impl Into<String>) {
+        self.to_do.push(what.into());
+    }
+}
+
+/// Looks at everything (the network only to see whether a remote backend's server answers).
+pub async fn diagnose(config: &Config, env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Report {
+    let mut report = Report::default();
+    report.found(
+        "settings file",
+        format!(
+            "{} ({})",
+            config.path.display(),
+            if config.file_found {
+                "found"
+            } else {
+                "not found; using defaults"
+            }
+        ),
+    );
+    report.found("data directory", config.data_dir.display().to_string());
+    database(config, &mut report);
+    backend(config, env, &mut report).await;
+    local_model(config, env, &mut report).await;
+    rules(config, &mut report);
+    voice_parts(config, &mut report);
+    microphones(config, &mut report).await;
+    report
+}
+
+fn database(config: &Config, report: &mut Report) {
+    let busy = Duration::from_millis(config.settings.replies.busy_timeout_ms);
+    let opened = Store::open(&config.database_path(), busy).and_then(|st| st.schema_version());
+    match opened {
+        Ok(version) => report.found(
+            "database",
+            format!(
+                "{} (schema version {version})",
+                config.database_path().display()
+            ),
+        ),
+        Err(err) => {
+            report.found("database", err.to_string());
+            report.must("the database cannot be opened (see above)");
+        }
+    }
+}
+
+async fn backend(config: &Config, env: &dyn Fn(&str) -> Option<String>, report: &mut Report) {
+    let s = &config.settings;
+    let (base_url, needs_key) = match s.backend {
+        BackendKind::Anthropic => (s.anthropic.base_url.as_str(), true),
+        BackendKind::Openai => (s.openai.base_url.as_str(), s.openai.requires_key),
+        BackendKind::Local => {
+            report.found("backend", "local (no key needed)");
+            return;
+        }
+    };
+    report.found(
+        "backend",
+        format!("{} (model {}, {base_url})", s.backend, s.model()),
+    );
+    let key_var = s.backend.key_var().unwrap_or_default();
+    if needs_key {
+        match config::find_key(key_var, env) {
+            Some((_, source)) => report.found("key", format!("{key_var} present ({source})")),
+            None => {
+                report.found("key", format!("{key_var} missing"));
+                report.must(format!(
+                    "set {key_var}, store it in the OS keyring (`jarvis key set {key_var}`), or choose another backend with JARVIS_BACKEND"
+                ));
+            }
+        }
+    } else {
+        report.found("key", "not needed");
+    }
+    match reachable(base_url).await {
+        Ok(()) => report.found("server", "reachable"),
+        Err(reason) => {
+            report.found("server", format!("not reachable ({reason})"));
+            report.must(format!("check the network and the base URL {base_url}"));
+        }
+    }
+}
+
+/// The local model is reported whichever backend is selected: it is the offline fallback.
+async fn local_model(config: &Config, env: &dyn Fn(&str) -> Option<String>, report: &mut Report) {
+    let s = &config.settings;
+    let model = config.local_model_path();
+    match llm::local::describe(&model, s.local.tools, env).await {
+        Ok(info) => {
+            report.found(
+                "local model",
+                format!(
+                    "{} ({:.1} MB, {}, {}, {} parameters, context {})",
+                    info.path,
+                    info.size as f64 / 1e6,
+                    info.architecture,
+                    info.quantization,
+                    human_count(info.parameters),
+                    info.context_length
+                ),
+            );
+            let tools = match (info.tools, info.tools_offered, s.local.tools) {
+                (_, true, _) => "offered (remember and forget)",
+                (false, _, _) => "none (its chat template has no tool format)",
+                (true, false, LocalTools::Off) => "off in settings",
+                (true, false, _) => {
+                    "not offered: under a billion parameters (`[local] tools = \"on\"` offers them)"
+                }
+            };
+            report.found("local model tools", tools);
+        }
+        Err(reason) => {
+            report.found("local model", reason.to_string());
+            if s.backend == BackendKind::Local {
+                report.must(format!(
+                    "install the local model: {}",
+                    llm::local::INSTALL_HINT
+                ));
+            }
+        }
+    }
+}
+
+fn rules(config: &Config, report: &mut Report) {
+    let rules = &config.settings.profile.rules;
+    match crate::prompt::rules_from(rules) {
+        Ok(_) if rules.trim().is_empty() => report.found("rules", "built-in"),
+        Ok(_) => report.found("rules", rules.trim()),
+        Err(err) => {
+            report.found("rules", format!("{err}; the built-in rules are used"));
+            report.must(
+                "fix [profile] rules in the settings file, or empty it for the built-in rules",
+            );
+        }
+    }
+}
+
+fn voice_parts(config: &Config, report: &mut Report) {
+    let s = &config.settings.voice;
+    let models = config.model_dir();
+    let speech = voice::models::speech_model_file(&models, s.speech_model);
+    let wake = voice::models::wake_factory(&models);
+    let espeak = voice::Espeak::new(&s.tts_voice, s.tts_speed).available();
+    report.found(
+        "voice",
+        format!(
+            "speech model {} ({}); wake word {}; espeak-ng {}",
+            speech.display(),
+            if speech.is_file() {
+                "installed"
+            } else {
+                "missing: run scripts/models voice"
+            },
+            match &wake {
+                Ok(_) => "ready".to_string(),
+                Err(err) => err.to_string(),
+            },
+            if espeak {
+                "found"
+            } else {
+                "missing: apt-get install espeak-ng"
+            }
+        ),
+    );
+}
+
+async fn microphones(config: &Config, report: &mut Report) {
+    let wanted = config.settings.voice.input_device.trim().to_string();
+    let listed = tokio::task::spawn_blocking(voice::device::microphones).await;
+    let found = match listed {
+        Ok(Ok(found)) => found,
+        Ok(Err(err)) => {
+            report.found(
+                "microphone",
+                format!("cannot list the input devices ({err})"),
+            );
+            return;
+        }
+        Err(err) => {
+            report.found(
+                "microphone",
+                format!("cannot list the input devices ({err})"),
+            );
+            return;
+        }
+    };
+    let chosen = match (wanted.as_str(), &found.default) {
+        ("", Some(default)) => format!("the system default ({default})"),
+        ("", None) => "the system default (there is none)".to_string(),
+        (name, _) if found.names.iter().any(|n| n == name) => format!("{name:?}"),
+        (name, _) => format!("{name:?}, not connected: choose another in Settings"),
+    };
+    let names = if found.names.is_empty() {
+        "none".to_string()
+    } else {
+        found.names.join(", ")
+    };
+    report.found("microphone", format!("{chosen}; found: {names}"));
+}
+
+/// 134515008 → "135M".
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.0}M", n as f64 / 1e6),
+        n => n.to_string(),
+    }
+}
+
+/// Whether a TCP connection to the URL's host and port opens within two seconds.
+async fn reachable(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad URL: {e}"))?;
+    let host = parsed.host_str().ok_or("no host in the URL")?.to_string();
+    let port = parsed.port_or_known_default().ok_or("no port in the URL")?;
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_people_say_them() {
+        assert_eq!(human_count(134_515_008), "135M");
+        assert_eq!(human_count(1_543_714_304), "1.5B");
+        assert_eq!(human_count(999), "999");
+    }
+}
