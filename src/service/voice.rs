@@ -182,6 +182,60 @@ impl Voice {
         let _ = self.signals.send(signal);
     }
 
+    /// How it listens from now on; during a reply, once the reply is answered.
+    pub fn choose_mode(&self, mode: ListenMode) {
+        let replying = self.status.borrow().replying.is_some();
+        self.update(|s| {
+            if replying && mode != s.mode {
+                s.pending_mode = Some(mode);
+            } else {
+                s.mode = mode;
+                s.pending_mode = None;
+            }
+        });
+    }
+
+    /// The push-to-talk shortcut went down or up.
+    pub fn push_to_talk(&self, pressed: bool) {
+        tracing::debug!(pressed, "push to talk");
+        self.update(|s| match s.mode {
+            // Held: open while pressed.
+            ListenMode::PushToTalk => s.listening = pressed,
+            // Hands-free and wake: a press switches the microphone on or off.
+            ListenMode::HandsFree | ListenMode::Wake => {
+                if pressed {
+                    s.listening = !s.listening;
+                    s.awake = false;
+                }
+            }
+        });
+    }
+
+    /// The microphone button: on (a Listen signal first, so a failed microphone is tried
+    /// again) or off (a wake conversation closes with it).
+    pub fn set_listening(&self, on: bool) {
+        if on {
+            self.signal(VoiceSignal::Listen);
+        }
+        self.update(|s| {
+            s.listening = on;
+            if !on {
+                s.awake = false;
+            }
+        })
+    }
+
+    /// The orb was hidden: a hidden orb holds no open microphone, unless it listens for the wake
+    /// word and the settings keep the wake word on while hidden (`keep_wake`).
+    pub fn orb_hidden(&self, keep_wake: bool) {
+        self.update(|s| {
+            if !(keep_wake && s.mode == ListenMode::Wake) {
+                s.listening = false;
+                s.awake = false;
+            }
+        });
+    }
+
     /// Publishes a change, with the queue as it stands; windows wake only on a real change.
     pub fn update(&self, change: impl FnOnce(&mut VoiceStatus)) {
         let queue: Vec<WaitingQuestion> = self.queue.iter().cloned().collect();
@@ -509,20 +563,7 @@ impl Actor {
                 let _ = respond.send(result);
             }
             VoiceCommand::Retry { respond } => {
-                let result = match self.voice.chat() {
-                    Some(chat) if self.voice.status.borrow().replying.is_none() => {
-                        self.ask(chat, None, Mode::Typed).await
-                    }
-                    Some(chat) => Err(AskError::Busy(chat)),
-                    None => Err(ServiceError::NoVoiceConversation.into()),
-                };
-                if let Ok(reply) = result {
-                    self.voice.update(|s| {
-                        s.replying = Some(reply);
-                        s.answered_away = None;
-                    });
-                }
-                let _ = respond.send(result);
+                let _ = respond.send(self.voice_retry().await);
             }
             VoiceCommand::Remove { id, respond } => {
                 let before = self.voice.queue.len();
@@ -541,42 +582,9 @@ impl Actor {
             VoiceCommand::End { respond } => {
                 let _ = respond.send(self.end_conversation().await);
             }
-            VoiceCommand::Mode { mode } => {
-                let replying = self.voice.status.borrow().replying.is_some();
-                self.voice.update(|s| {
-                    if replying && mode != s.mode {
-                        s.pending_mode = Some(mode);
-                    } else {
-                        s.mode = mode;
-                        s.pending_mode = None;
-                    }
-                });
-            }
-            VoiceCommand::PushToTalk { pressed } => {
-                tracing::debug!(pressed, "push to talk");
-                self.voice.update(|s| match s.mode {
-                    // Held: open while pressed.
-                    ListenMode::PushToTalk => s.listening = pressed,
-                    // Hands-free and wake: a press switches the microphone on or off.
-                    ListenMode::HandsFree | ListenMode::Wake => {
-                        if pressed {
-                            s.listening = !s.listening;
-                            s.awake = false;
-                        }
-                    }
-                });
-            }
-            VoiceCommand::Listening { on } => {
-                if on {
-                    self.voice.signal(VoiceSignal::Listen);
-                }
-                self.voice.update(|s| {
-                    s.listening = on;
-                    if !on {
-                        s.awake = false;
-                    }
-                })
-            }
+            VoiceCommand::Mode { mode } => self.voice.choose_mode(mode),
+            VoiceCommand::PushToTalk { pressed } => self.voice.push_to_talk(pressed),
+            VoiceCommand::Listening { on } => self.voice.set_listening(on),
             VoiceCommand::Awake { awake } => {
                 if awake {
                     // "Hey Jarvis" again before the goodbye took effect: the conversation goes on.
@@ -595,18 +603,30 @@ impl Actor {
                 }
             }
             VoiceCommand::OrbShown { shown } => {
-                let keep = self.options.wake_while_hidden;
                 if !shown {
-                    self.voice.update(|s| {
-                        if !(keep && s.mode == ListenMode::Wake) {
-                            s.listening = false;
-                            s.awake = false;
-                        }
-                    });
+                    self.voice.orb_hidden(self.options.wake_while_hidden);
                 }
             }
             VoiceCommand::Acknowledge => self.voice.update(|s| s.answered_away = None),
         }
+    }
+
+    /// Try again: the conversation's last question once more, unless a reply runs.
+    async fn voice_retry(&mut self) -> Result<ReplyId, AskError> {
+        let result = match self.voice.chat() {
+            Some(chat) if self.voice.status.borrow().replying.is_none() => {
+                self.ask(chat, None, Mode::Typed).await
+            }
+            Some(chat) => Err(AskError::Busy(chat)),
+            None => Err(ServiceError::NoVoiceConversation.into()),
+        };
+        if let Ok(reply) = result {
+            self.voice.update(|s| {
+                s.replying = Some(reply);
+                s.answered_away = None;
+            });
+        }
+        result
     }
 
     /// A reply ended: in the voice conversation its next question starts, a pending mode is
