@@ -191,6 +191,23 @@ impl From<ModeArg> for jarvis::service::ListenMode {
     }
 }
 
+/// Prints a line to stdout; a reader that went away (`jarvis … | head`) is an error the caller
+/// passes up, and `main` ends quietly on it.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
+/// Whether an error is stdout's reader having gone away.
+fn reader_gone(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
@@ -208,6 +225,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
+        // As `head` expects: its reader gone, the command ends quietly.
+        Err(err) if reader_gone(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("jarvis: {err:#}");
             ExitCode::from(EXIT_FAILED)
@@ -314,7 +333,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             let store = open_store(&config)?;
             for chat in store.chats()? {
                 let state = chat.last_reply.map(|s| s.as_str()).unwrap_or("new");
-                println!("{}\t{}\t{}", chat.id, state, chat.title);
+                say!("{}\t{}\t{}", chat.id, state, chat.title);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -350,7 +369,7 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Afresh { chat } => match open_store(&config)?.start_afresh(ChatId(chat))? {
             Some(_) => {
-                println!("chat {chat}: the model sees only what is said from now on");
+                say!("chat {chat}: the model sees only what is said from now on");
                 Ok(ExitCode::SUCCESS)
             }
             None => {
@@ -360,7 +379,7 @@ async fn run(command: Command) -> Result<ExitCode> {
         },
         Command::Rm { chat } => {
             if open_store(&config)?.delete_chat(ChatId(chat))? {
-                println!("chat {chat} deleted");
+                say!("chat {chat} deleted");
                 Ok(ExitCode::SUCCESS)
             } else {
                 eprintln!("jarvis: chat {chat} is replying in another Jarvis; stop it first");
@@ -380,7 +399,7 @@ async fn run(command: Command) -> Result<ExitCode> {
                 &text.join(" "),
                 &env,
             )?;
-            println!("{}", serde_json::to_string_pretty(&request)?);
+            say!("{}", serde_json::to_string_pretty(&request)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Facts { action } => facts(&config, action.unwrap_or(FactAction::List)),
@@ -393,20 +412,20 @@ fn facts(config: &Config, action: FactAction) -> Result<ExitCode> {
     match action {
         FactAction::List => {
             for fact in store.facts()? {
-                println!("{}\t{}", fact.id, fact.text);
+                say!("{}\t{}", fact.id, fact.text);
             }
         }
         FactAction::Add { text } => {
             let fact = store.add_fact(&text.join(" "), None)?;
-            println!("{}\t{}", fact.id, fact.text);
+            say!("{}\t{}", fact.id, fact.text);
         }
         FactAction::Edit { id, text } => {
             let fact = store.edit_fact(id, &text.join(" "))?;
-            println!("{}\t{}", fact.id, fact.text);
+            say!("{}\t{}", fact.id, fact.text);
         }
         FactAction::Rm { id } => {
             store.remove_fact(id)?;
-            println!("fact {id} forgotten");
+            say!("fact {id} forgotten");
         }
         FactAction::Summaries => {
             for s in store.summaries()? {
@@ -417,7 +436,7 @@ fn facts(config: &Config, action: FactAction) -> Result<ExitCode> {
                             .to_string()
                     })
                     .unwrap_or_default();
-                println!(
+                say!(
                     "{}\t{day}\t{}\t{}",
                     s.chat,
                     s.title,
@@ -432,7 +451,7 @@ fn facts(config: &Config, action: FactAction) -> Result<ExitCode> {
         }
         FactAction::RmSummary { chat } => {
             if store.delete_summary(ChatId(chat))? {
-                println!("the summary of chat {chat} is forgotten; the chat is kept");
+                say!("the summary of chat {chat} is forgotten; the chat is kept");
             } else {
                 anyhow::bail!("chat {chat} has no summary");
             }
@@ -452,13 +471,13 @@ fn key(action: KeyAction) -> Result<ExitCode> {
                 line
             };
             config::store_key(&var, &secrecy::SecretString::from(key))?;
-            println!("{var} stored in the OS keyring");
+            say!("{var} stored in the OS keyring");
         }
         KeyAction::Delete { var } => {
             if config::delete_key(&var)? {
-                println!("{var} removed from the OS keyring");
+                say!("{var} removed from the OS keyring");
             } else {
-                println!("{var} was not in the OS keyring");
+                say!("{var} was not in the OS keyring");
             }
         }
     }
@@ -516,6 +535,7 @@ async fn stream_reply(
 ) -> Result<Ended> {
     let mut stdout = std::io::stdout();
     let mut stop_asked = false;
+    let mut gone: Option<std::io::Error> = None;
     loop {
         let event = tokio::select! {
             event = attachment.next_of(reply) => event,
@@ -527,10 +547,21 @@ async fn stream_reply(
         };
         match event {
             None => bail!("the conversation service stopped before the reply ended"),
-            Some(Event::Delta { text, .. }) => {
-                stdout.write_all(text.as_bytes())?;
-                stdout.flush()?;
+            Some(Event::Delta { text, .. }) if gone.is_none() => {
+                if let Err(err) = stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                {
+                    // Nobody reads the answer any more: it is stopped (its text so far is kept)
+                    // and the command ends once it has.
+                    gone = Some(err);
+                    if !stop_asked {
+                        stop_asked = true;
+                        service.stop(chat).await?;
+                    }
+                }
             }
+            Some(Event::Delta { .. }) => {}
             Some(Event::Waiting { message, .. }) => eprintln!("{message}"),
             // What Jarvis is doing ("Remembering…") goes to stderr, beside the answer.
             Some(Event::Action { label, .. }) => eprintln!("({label})"),
@@ -544,7 +575,10 @@ async fn stream_reply(
                 wait_ms as f64 / 1000.0
             ),
             Some(Event::ReplyEnded { state, reason, .. }) => {
-                println!();
+                if let Some(err) = gone {
+                    return Err(err.into());
+                }
+                writeln!(stdout)?;
                 return Ok(Ended::Reply(state, reason));
             }
             Some(Event::ReplyStarted { .. } | Event::Running { .. }) => {}
@@ -605,10 +639,10 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
                         println!("# {} (chat {})", found.title, found.id);
                         let records = service.records(found.id).await?;
                         for r in &records {
-                            afresh_line(found.history_since, Some(r.seq));
+                            afresh_line(found.history_since, Some(r.seq))?;
                             println!("{}: {}", r.role.as_str(), r.text);
                         }
-                        afresh_line(found.history_since, after(&records));
+                        afresh_line(found.history_since, after(&records))?;
                     }
                     Err(err) => println!("{err}"),
                 },
@@ -659,13 +693,13 @@ fn report(ended: Result<Ended>) {
 fn show(store: &Store, chat: ChatId) -> Result<()> {
     let info = store.chat(chat)?;
     let replies = store.replies(chat)?;
-    println!("# {} (chat {})", info.title, info.id);
+    say!("# {} (chat {})", info.title, info.id);
     let records = store.records(chat)?;
     for record in &records {
-        afresh_line(info.history_since, Some(record.seq));
+        afresh_line(info.history_since, Some(record.seq))?;
         match record.role {
             Role::User | Role::Tool => {
-                println!("{}: {}", record.role.as_str(), record.text);
+                say!("{}: {}", record.role.as_str(), record.text);
                 // Replies with no record yet: still being written, or ended with no text.
                 for reply in replies
                     .iter()
@@ -676,24 +710,23 @@ fn show(store: &Store, chat: ChatId) -> Result<()> {
                         ReplyState::Waiting => "waiting…".to_string(),
                         state => mark(state, reply.reason.as_deref()),
                     };
-                    println!("assistant ({mark}): {}", reply.text);
+                    say!("assistant ({mark}): {}", reply.text);
                 }
             }
             Role::Assistant => {
                 let reply = replies.iter().find(|r| Some(r.id) == record.reply);
                 match reply {
-                    Some(r) if r.state != ReplyState::Done => println!(
+                    Some(r) if r.state != ReplyState::Done => say!(
                         "assistant ({}): {}",
                         mark(r.state, r.reason.as_deref()),
                         record.text
                     ),
-                    _ => println!("assistant: {}", record.text),
+                    _ => say!("assistant: {}", record.text),
                 }
             }
         }
     }
-    afresh_line(info.history_since, after(&records));
-    Ok(())
+    afresh_line(info.history_since, after(&records))
 }
 
 /// The seq a record added next would get.
@@ -702,10 +735,11 @@ fn after(records: &[Record]) -> Option<i64> {
 }
 
 /// Marks where the user started afresh, before the record at `seq`.
-fn afresh_line(since: Option<i64>, seq: Option<i64>) {
+fn afresh_line(since: Option<i64>, seq: Option<i64>) -> Result<()> {
     if since.is_some() && since == seq {
-        println!("--- started afresh: the model does not see what is above ---");
+        say!("--- started afresh: the model does not see what is above ---");
     }
+    Ok(())
 }
 
 fn mark(state: ReplyState, reason: Option<&str>) -> String {
@@ -718,15 +752,15 @@ fn mark(state: ReplyState, reason: Option<&str>) -> String {
 async fn doctor(config: &Config) -> Result<ExitCode> {
     let report = jarvis::session::doctor::diagnose(config, &env).await;
     for finding in &report.findings {
-        println!("{}: {}", finding.topic, finding.text);
+        say!("{}: {}", finding.topic, finding.text);
     }
     if report.to_do.is_empty() {
-        println!("all good");
+        say!("all good");
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("to do:");
+        say!("to do:");
         for p in &report.to_do {
-            println!("- {p}");
+            say!("- {p}");
         }
         Ok(ExitCode::from(EXIT_FAILED))
     }

@@ -501,3 +501,75 @@ async fn chats_are_renamed_and_deleted_from_the_command_line() {
     assert_eq!(code, 1);
     assert!(stderr.contains("there is no chat 1"), "{stderr}");
 }
+
+/// A pipe whose reader has gone: what `jarvis … | head` writes into once `head` has its lines.
+fn reader_gone() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `pipe` fills two new descriptors; each is owned exactly once below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// Runs `cmd` writing into a pipe whose reader has gone; returns its status and stderr.
+async fn into_gone_reader(cmd: &mut tokio::process::Command) -> (i32, String) {
+    let mut child = cmd
+        .stdout(reader_gone())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("jarvis runs");
+    let mut stderr = String::new();
+    let mut pipe = child.stderr.take().unwrap();
+    let run = async {
+        pipe.read_to_string(&mut stderr).await.unwrap();
+        child.wait().await.unwrap()
+    };
+    let status = tokio::time::timeout(LIMIT, run).await.expect("it ended");
+    (status.code().unwrap_or(-1), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_that_goes_away_ends_a_command_quietly_and_a_streamed_answer_is_stopped_and_kept()
+{
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    output(ask.args(["ask", "--new", "first question"])).await;
+
+    for args in [
+        vec!["request", "--chat", "1", "what", "now"],
+        vec!["chats"],
+        vec!["show", "1"],
+        vec!["doctor"],
+    ] {
+        let mut cmd = jarvis(&dir);
+        at_stub(&mut cmd, &stub);
+        let (code, stderr) = into_gone_reader(cmd.args(&args)).await;
+        assert_eq!((code, stderr.as_str()), (0, ""), "jarvis {args:?}");
+    }
+
+    // An answer streamed into a pipe nobody reads: stopped, with what was written kept.
+    stub.push(
+        Script::text("One. Two. Three. Four. Five. Six.")
+            .deltas_of(5)
+            .paced(Duration::from_millis(100)),
+    );
+    let mut cmd = jarvis(&dir);
+    at_stub(&mut cmd, &stub);
+    let (code, stderr) = into_gone_reader(cmd.args(["ask", "--chat", "1", "count slowly"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+    let reply = dir.store().last_reply(jarvis::ChatId(1)).unwrap().unwrap();
+    assert_eq!(reply.state, ReplyState::Stopped, "{reply:?}");
+    assert!(
+        !reply.text.is_empty() && reply.text.len() < 34,
+        "{:?}",
+        reply.text
+    );
+}
