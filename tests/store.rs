@@ -200,3 +200,33 @@ fn a_database_from_an_older_jarvis_is_upgraded_in_place_keeping_its_chats() {
     );
     assert_eq!(store.add_fact("Upgraded", None).unwrap().text, "Upgraded");
 }
+
+#[test]
+fn the_data_directory_and_the_database_are_readable_by_the_user_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new();
+    let data = dir.path().join("fresh").join("jarvis");
+    let db = data.join("jarvis.db");
+    let store = Store::open(&db, Duration::from_secs(1)).unwrap();
+    let chat = store.create_chat("private").unwrap();
+    store
+        .append_record(chat.id, Role::User, "a secret", None)
+        .unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "the data directory");
+    assert_eq!(
+        mode(data.parent().unwrap()),
+        0o700,
+        "the folder made for it"
+    );
+    assert_eq!(mode(&db), 0o600, "the database");
+    let wal = data.join("jarvis.db-wal");
+    assert!(wal.exists());
+    assert_eq!(mode(&wal), 0o600, "its journal");
+
+    // A database made readable by others (an older Jarvis) is made private when opened.
+    drop(store);
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    Store::open(&db, Duration::from_secs(1)).unwrap();
+    assert_eq!(mode(&db), 0o600);
+}

@@ -59,6 +59,14 @@ pub enum StoreError {
         /// How long it waited.
         waited_ms: u64,
     },
+    /// The database file could not be made private to the user (or made at all).
+    #[error("cannot create the database file {path}: {source}")]
+    DataFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The data directory could not be made.
     #[error("cannot create the data directory {path}: {source}")]
     DataDir {
@@ -347,16 +355,40 @@ impl ReplyId {
     }
 }
 
+/// Makes the database's folders (readable by the user alone: 0700) and the file itself (0600,
+/// which SQLite's journal files take after it), so no other user of the machine reads the chats.
+/// Folders that exist already are left as they are (the data directory may be a shared one).
+fn private_file(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| StoreError::DataDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    let failed = |source| StoreError::DataFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(failed)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(failed)
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `path`, applies migrations and marks replies
     /// whose process is gone as interrupted.
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
+        private_file(path)?;
         let store = Store {
             conn: Arc::new(Mutex::new(Connection::open(path).map_err(|source| {
                 StoreError::Sqlite {
