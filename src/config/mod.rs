@@ -29,6 +29,12 @@ pub enum ConfigError {
         /// The parser's message: line, column and key.
         message: String,
     },
+    /// The settings file is empty: most likely a write cut short, never "all defaults".
+    #[error("the settings file {path} is empty (a save may have been cut short); restore it, or delete it to use the defaults")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
     /// The settings file could not be read.
     #[error("cannot read the settings file {path}: {source}")]
     Unreadable {
@@ -83,6 +89,9 @@ impl Config {
     pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let (mut config, text) = Self::locate(env)?;
         if let Some(text) = text {
+            if text.trim().is_empty() {
+                return Err(ConfigError::Empty { path: config.path });
+            }
             config.settings = Settings::parse(&text, &config.path)?;
         }
         config.settings.apply_env(env)?;
@@ -185,6 +194,52 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_settings_file_is_an_error_not_all_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.toml");
+        let file = path.display().to_string();
+        let data = dir.path().display().to_string();
+        let env = move |name: &str| match name {
+            "JARVIS_CONFIG" => Some(file.clone()),
+            "JARVIS_DATA_DIR" => Some(data.clone()),
+            _ => None,
+        };
+        for text in ["", "  \n\n"] {
+            std::fs::write(&path, text).unwrap();
+            let err = Config::load_with(&env).unwrap_err();
+            assert!(matches!(err, ConfigError::Empty { .. }), "{err}");
+            assert!(err.to_string().contains("is empty"), "{err}");
+        }
+        // Comments alone are a file that sets nothing: the defaults.
+        std::fs::write(&path, "# nothing set yet\n").unwrap();
+        assert_eq!(
+            Config::load_with(&env).unwrap().settings,
+            Settings::default()
+        );
+    }
+
+    #[test]
+    fn saving_settings_uses_a_temporary_file_of_its_own_and_leaves_none_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.toml");
+        // What a fixed temporary name would meet: another save's leftover (here, one that
+        // cannot even be overwritten).
+        std::fs::create_dir(dir.path().join("settings.toml.tmp")).unwrap();
+        write_settings(
+            &path,
+            &[(&["backend"], Some(SettingValue::Text("openai".into())))],
+        )
+        .unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().contains("openai"));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "settings.toml" && n != "settings.toml.tmp")
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn saving_settings_changes_only_the_keys_given_and_never_writes_a_bad_file() {

@@ -1,5 +1,6 @@
 //! Changing the settings file in place: its other keys, comments and layout stay.
 
+use std::io::Write;
 use std::path::Path;
 
 use super::{ConfigError, Settings};
@@ -84,8 +85,23 @@ pub fn write_settings(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(unwritable)?;
     }
-    let temp = path.with_extension("toml.tmp");
-    std::fs::write(&temp, text).map_err(unwritable)?;
-    std::fs::rename(&temp, path).map_err(unwritable)?;
+    // A temporary file of its own beside the settings (two saves never share one), on disk before
+    // it replaces them, and the replacement itself on disk before this returns: a crash leaves
+    // the old settings or the new, never a cut one.
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir,
+        None => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".settings-")
+        .suffix(".toml.tmp")
+        .tempfile_in(dir)
+        .map_err(unwritable)?;
+    temp.write_all(text.as_bytes()).map_err(unwritable)?;
+    temp.as_file().sync_all().map_err(unwritable)?;
+    temp.persist(path).map_err(|e| unwritable(e.error))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(unwritable)?;
     Ok(settings)
 }
