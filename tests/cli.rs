@@ -573,3 +573,60 @@ async fn a_reader_that_goes_away_ends_a_command_quietly_and_a_streamed_answer_is
         reply.text
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_programs_jarvis_runs_never_inherit_an_api_key() {
+    use std::os::unix::fs::PermissionsExt;
+    const ANTHROPIC: &str = "sk-ant-not-for-children";
+    const OPENAI: &str = "sk-openai-not-for-children";
+    let dir = Dir::new();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = |name: &str, body: &str| {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    // Each records its environment, then does its job (or fails, as a server that cannot load).
+    let server_env = dir.path().join("server.env");
+    let server = script(
+        "jarvis-llm",
+        &format!("env > {}\nexit 1", server_env.display()),
+    );
+    let espeak_env = dir.path().join("espeak.env");
+    script(
+        "espeak-ng",
+        &format!(
+            "env > {}\nexec /usr/bin/espeak-ng \"$@\"",
+            espeak_env.display()
+        ),
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let with_keys = |cmd: &mut tokio::process::Command| {
+        cmd.env("PATH", &path)
+            .env("ANTHROPIC_API_KEY", ANTHROPIC)
+            .env("OPENAI_API_KEY", OPENAI)
+            .env("JARVIS_LLM_SERVER", &server)
+            // (Any file: the fake server is asked about it.)
+            .env("JARVIS_MODEL", &server);
+    };
+
+    let mut doctor = jarvis(&dir);
+    with_keys(&mut doctor);
+    output(doctor.arg("doctor")).await;
+    let mut say = jarvis(&dir);
+    with_keys(&mut say);
+    let wav = dir.path().join("hello.wav");
+    let (code, _, stderr) = output(say.args(["say", "hello", "--out"]).arg(&wav)).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    for (what, file) in [("jarvis-llm", &server_env), ("espeak-ng", &espeak_env)] {
+        let seen = std::fs::read_to_string(file).unwrap_or_else(|_| panic!("{what} ran"));
+        assert!(seen.contains("JARVIS_DATA_DIR="), "{what}: {seen}");
+        assert!(
+            !seen.contains(ANTHROPIC) && !seen.contains(OPENAI),
+            "{what} got a key"
+        );
+    }
+}

@@ -8,7 +8,8 @@ use tauri::Manager;
 use crate::state::AppState;
 use crate::tray::Action;
 
-pub fn run() -> anyhow::Result<()> {
+/// Runs the app; `keys` are the API keys taken out of the environment at start.
+pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG").unwrap_or_else(|_| {
@@ -25,7 +26,7 @@ pub fn run() -> anyhow::Result<()> {
     crate::milestone_at("process start");
     // The service runs on Tauri's own tokio runtime, like every command.
     let session = tauri::async_runtime::block_on(async {
-        Session::open(session::process_env(), session::device_parts())
+        Session::open(session::process_env_with(keys), session::device_parts())
     })?;
     let state = AppState::new(session);
 

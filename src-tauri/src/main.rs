@@ -50,7 +50,9 @@ fn choose_webkit_renderer() {
 fn main() {
     STARTED.get_or_init(std::time::Instant::now);
     choose_webkit_renderer();
-    if let Err(err) = app::run() {
+    // Before any thread starts: the web views and a browser opening a link never see a key.
+    let keys = jarvis::config::take_keys_from_env();
+    if let Err(err) = app::run(keys) {
         eprintln!("jarvis-desktop: {err:#}");
         std::process::exit(1);
     }

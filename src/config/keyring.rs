@@ -72,6 +72,29 @@ pub fn key_vars() -> [&'static str; 2] {
     ]
 }
 
+/// Takes the API keys out of this process's environment and returns them, so that no program
+/// Jarvis starts — a browser opening a link, the web views, a helper — inherits them. Call it
+/// first thing in `main`, before any thread starts (the environment is not safe to change while
+/// another thread may read it).
+pub fn take_keys_from_env() -> Vec<(&'static str, String)> {
+    let mut taken = Vec::new();
+    for var in key_vars() {
+        if let Ok(value) = std::env::var(var) {
+            taken.push((var, value));
+        }
+        std::env::remove_var(var);
+    }
+    taken
+}
+
+/// The programs Jarvis runs (the local model server, espeak-ng) get no API key.
+pub fn without_keys(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    for var in key_vars() {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Why a key could not be stored or removed.
 #[derive(Debug, Error)]
 pub enum KeyringError {

@@ -13,7 +13,8 @@ mod settings;
 mod write;
 
 pub use self::keyring::{
-    delete_key, find_key, key_vars, store_key, KeySource, KeyringError, KEYRING_SERVICE,
+    delete_key, find_key, key_vars, store_key, take_keys_from_env, without_keys, KeySource,
+    KeyringError, KEYRING_SERVICE,
 };
 pub use self::settings::*;
 pub use self::write::{write_settings, SettingValue};

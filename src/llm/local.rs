@@ -142,7 +142,9 @@ impl Inner {
             ));
         }
         let bin = self.server_bin()?;
-        let mut cmd = tokio::process::Command::new(bin);
+        let mut std_cmd = std::process::Command::new(bin);
+        crate::config::without_keys(&mut std_cmd);
+        let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.arg("--model")
             .arg(&self.model)
             .arg("--ctx")
@@ -293,7 +295,9 @@ pub async fn describe(
     let bin = find_server(env).ok_or_else(|| {
         format!("`{SERVER_BIN}` is not installed beside jarvis; build it with `cargo build --release -p jarvis-llm`")
     })?;
-    let out = tokio::process::Command::new(&bin)
+    let mut std_cmd = std::process::Command::new(&bin);
+    crate::config::without_keys(&mut std_cmd);
+    let out = tokio::process::Command::from(std_cmd)
         .arg("--model")
         .arg(model)
         .arg("--check")

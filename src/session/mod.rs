@@ -29,6 +29,17 @@ pub fn process_env() -> Env {
     Arc::new(|name| std::env::var(name).ok())
 }
 
+/// The real environment, with the API keys `keys` taken out of it at start
+/// ([`config::take_keys_from_env`]) still found here.
+pub fn process_env_with(keys: Vec<(&'static str, String)>) -> Env {
+    Arc::new(move |name| {
+        keys.iter()
+            .find(|(var, _)| *var == name)
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var(name).ok())
+    })
+}
+
 /// Why a session could not open or a change could not be made; each says what to do.
 #[derive(Debug, Error)]
 pub enum SessionError {
@@ -307,5 +318,18 @@ impl Session {
             blocking(move || crate::prompt::preview(&config, &store, &options, chat, &text, &*env))
                 .await?,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_taken_out_of_the_environment_are_still_found_by_the_session() {
+        let env = process_env_with(vec![("ANTHROPIC_API_KEY", "sk-ant-kept".into())]);
+        assert_eq!(env("ANTHROPIC_API_KEY").as_deref(), Some("sk-ant-kept"));
+        assert_eq!(env("OPENAI_API_KEY"), std::env::var("OPENAI_API_KEY").ok());
+        assert_eq!(env("PATH"), std::env::var("PATH").ok());
     }
 }

@@ -42,7 +42,7 @@ impl Espeak {
 
     /// Whether the program can be run.
     pub fn available(&self) -> bool {
-        Command::new(&self.program)
+        crate::config::without_keys(&mut Command::new(&self.program))
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -77,7 +77,7 @@ fn fix_streamed_sizes(bytes: &mut [u8]) {
 impl Synthesizer for Espeak {
     fn synthesize(&self, text: &str) -> Result<Clip, VoiceError> {
         let failed = |reason: String| VoiceError::Synthesize(reason);
-        let mut child = Command::new(&self.program)
+        let mut child = crate::config::without_keys(&mut Command::new(&self.program))
             .args([
                 "--stdout",
                 "-v",
