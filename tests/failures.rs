@@ -299,3 +299,56 @@ async fn a_server_that_never_accepts_is_a_connect_timeout() {
     assert!(started.elapsed() < Duration::from_secs(4));
     drop(listener);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_given_as_an_http_date_is_waited_for() {
+    let stub = Stub::start().await.unwrap();
+    let at = std::time::SystemTime::now() + Duration::from_secs(2);
+    stub.push(Script::raw(
+        429,
+        &[("retry-after", &httpdate::fmt_http_date(at))],
+        "",
+    ));
+    stub.push(Script::text("Fine now."));
+    let (events, text, stored) = run_one(settings(BackendKind::Openai, &stub), &stub).await;
+    assert_eq!(
+        (text.as_str(), stored.state),
+        ("Fine now.", ReplyState::Done)
+    );
+    let wait = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Retrying { wait_ms, .. } => Some(*wait_ms),
+            _ => None,
+        })
+        .expect("a retrying event");
+    // (The date has whole seconds: between one and two seconds from the request.)
+    assert!(
+        (900..=2000).contains(&wait),
+        "waited {wait} ms, not the date's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_giant_error_message_is_kept_cut_to_a_readable_length() {
+    let stub = Stub::start().await.unwrap();
+    let message = "The request was refused because ".to_string() + &"very ".repeat(40_000);
+    let body = serde_json::json!({"error": {"message": message}}).to_string();
+    stub.push(Script::raw(
+        400,
+        &[("content-type", "application/json")],
+        body,
+    ));
+    let (_, _, stored) = run_one(settings(BackendKind::Openai, &stub), &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    let reason = stored.reason.expect("a reason");
+    assert!(
+        reason.contains("The request was refused because"),
+        "{reason}"
+    );
+    assert!(
+        reason.chars().count() < 400,
+        "{} characters",
+        reason.chars().count()
+    );
+}

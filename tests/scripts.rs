@@ -19,6 +19,9 @@ fn the_suites_closing_line_counts_every_runners_tests_whatever_the_colours() {
         .arg(&log)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "41 passed, 1 failed\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "41 passed, 1 failed\n"
+    );
     assert!(!out.status.success(), "a failed test fails the run");
 }

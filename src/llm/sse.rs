@@ -112,9 +112,8 @@ async fn send(
         .headers()
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0);
-    let body = response.text().await.unwrap_or_default();
+        .and_then(|v| retry_after_secs(v, std::time::SystemTime::now()));
+    let body = error_body(response).await;
     let message = serde_json::from_str::<Value>(&body)
         .ok()
         .and_then(|v| {
@@ -123,18 +122,56 @@ async fn send(
                 .map(str::to_string)
         })
         .unwrap_or_else(|| {
-            let text: String = body.chars().take(200).collect();
-            if text.trim().is_empty() {
+            if body.trim().is_empty() {
                 status.canonical_reason().unwrap_or("error").to_string()
             } else {
-                text
+                body.clone()
             }
         });
     Err(LlmError::Status {
         status: status.as_u16(),
-        message,
+        message: capped(message.trim()),
         retry_after,
     })
+}
+
+/// An error body is read up to this many bytes (a server may send an endless one).
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// A server's error message is kept (and shown, and stored as a reply's reason) up to this many
+/// characters.
+pub const MESSAGE_LIMIT: usize = 300;
+
+/// The first [`ERROR_BODY_LIMIT`] bytes of an error response's body, as text.
+async fn error_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < ERROR_BODY_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_BODY_LIMIT);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// `text` cut to [`MESSAGE_LIMIT`] characters, with "…" where it was cut.
+fn capped(text: &str) -> String {
+    match text.char_indices().nth(MESSAGE_LIMIT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// A `retry-after` value as seconds from `now`: delay-seconds ("120") or an HTTP date ("Wed, 21
+/// Oct 2015 07:28:00 GMT"; one already past is no wait).
+fn retry_after_secs(value: &str, now: std::time::SystemTime) -> Option<f64> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then_some(secs);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).map_or(0.0, |d| d.as_secs_f64()))
 }
 
 /// A response body as bytes, failing with [`LlmError::IdleTimeout`] when nothing arrives for `idle`.
@@ -236,4 +273,36 @@ pub fn secret_header(
         .map_err(|_| super::BackendError::BadKey { var })?;
     value.set_sensitive(true);
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_as_an_http_date() {
+        let now = httpdate::parse_http_date("Wed, 02 Dec 2026 06:00:00 GMT").unwrap();
+        assert_eq!(retry_after_secs("7", now), Some(7.0));
+        assert_eq!(retry_after_secs(" 1.5 ", now), Some(1.5));
+        assert_eq!(
+            retry_after_secs("Wed, 02 Dec 2026 06:00:30 GMT", now),
+            Some(30.0)
+        );
+        assert_eq!(
+            retry_after_secs("Wed, 02 Dec 2026 05:59:00 GMT", now),
+            Some(0.0),
+            "a date past is no wait"
+        );
+        assert_eq!(retry_after_secs("-3", now), None);
+        assert_eq!(retry_after_secs("soon", now), None);
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_the_limit_on_a_character() {
+        let long = "é".repeat(MESSAGE_LIMIT + 50);
+        let cut = capped(&long);
+        assert_eq!(cut.chars().count(), MESSAGE_LIMIT + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(capped("short"), "short");
+    }
 }

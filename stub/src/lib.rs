@@ -110,6 +110,17 @@ pub enum Script {
         #[serde(default)]
         retry_after: Option<u64>,
     },
+    /// Answer with any status, headers and body, as a server the project did not write might.
+    Raw {
+        /// The status code.
+        status: u16,
+        /// Headers, by name and value.
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+        /// The body.
+        #[serde(default)]
+        body: String,
+    },
     /// Stream deltas whose text is their own index back to back, each flushed as its own
     /// write, noting when each was handed to the connection (for the relay benchmark).
     Numbered {
@@ -181,6 +192,18 @@ impl Script {
             *ending = how;
         }
         self
+    }
+
+    /// Any status, headers and body.
+    pub fn raw(status: u16, headers: &[(&str, &str)], body: impl Into<String>) -> Self {
+        Script::Raw {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.into(),
+        }
     }
 
     /// An HTTP error status, optionally with `retry-after` seconds.
@@ -336,6 +359,23 @@ fn respond(wire: Wire, shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> 
             if let Some(secs) = retry_after {
                 resp.headers_mut()
                     .insert("retry-after", HeaderValue::from(secs));
+            }
+            resp
+        }
+        Script::Raw {
+            status,
+            headers,
+            body,
+        } => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = (code, body).into_response();
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    axum::http::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    resp.headers_mut().insert(name, value);
+                }
             }
             resp
         }
@@ -516,7 +556,7 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
             1,
             true,
         ),
-        Script::Echo { .. } | Script::Status { .. } => return Ok(()),
+        Script::Echo { .. } | Script::Status { .. } | Script::Raw { .. } => return Ok(()),
     };
 
     // Opening frames.
