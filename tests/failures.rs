@@ -352,3 +352,61 @@ async fn a_servers_giant_error_message_is_kept_cut_to_a_readable_length() {
         reason.chars().count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_is_never_followed_and_the_key_stays_with_the_base_url() {
+    let stub = Stub::start().await.unwrap();
+    let elsewhere = Stub::start().await.unwrap();
+    let target = format!("{}/v1/messages", elsewhere.anthropic_url());
+    stub.push(Script::raw(307, &[("location", &target)], ""));
+    let (_, _, stored) = run_one(settings(BackendKind::Anthropic, &stub), &stub).await;
+    assert_eq!(stored.state, ReplyState::Failed);
+    let reason = stored.reason.unwrap();
+    assert!(
+        reason.contains("redirected") && reason.contains(&target),
+        "{reason}"
+    );
+    assert!(
+        elsewhere.received().is_empty(),
+        "the request (and its key) went elsewhere"
+    );
+    assert_eq!(stub.received().len(), 1, "a redirect is not retried");
+}
+
+#[test]
+fn plain_http_to_another_machine_needs_allow_insecure() {
+    let config = |url: &str, allow: bool| {
+        let dir = Dir::new();
+        let mut s = Settings {
+            backend: BackendKind::Openai,
+            ..Settings::default()
+        };
+        s.openai.base_url = url.into();
+        s.openai.requires_key = false;
+        s.openai.allow_insecure = allow;
+        dir.config(s)
+    };
+    let env = env_with(&[]);
+    for url in ["http://192.0.2.7:8080/v1", "http://models.example.org/v1"] {
+        let err = jarvis::llm::from_config(&config(url, false), &env)
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string()
+                .contains("allow_insecure = true in [openai]"),
+            "{err}"
+        );
+        assert!(jarvis::llm::from_config(&config(url, true), &env).is_ok());
+    }
+    for url in [
+        "http://127.0.0.1:11434/v1",
+        "http://localhost:1234/v1",
+        "http://[::1]:8080/v1",
+        "https://models.example.org/v1",
+    ] {
+        assert!(
+            jarvis::llm::from_config(&config(url, false), &env).is_ok(),
+            "{url}"
+        );
+    }
+}

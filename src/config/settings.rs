@@ -66,6 +66,9 @@ pub struct AnthropicSettings {
     pub version: String,
     /// Maximum tokens of a reply.
     pub max_tokens: u32,
+    /// Allows a plain `http://` base URL off this machine (the key would cross the network
+    /// unencrypted).
+    pub allow_insecure: bool,
 }
 
 impl Default for AnthropicSettings {
@@ -75,6 +78,7 @@ impl Default for AnthropicSettings {
             model: "claude-sonnet-4-5".into(),
             version: "2023-06-01".into(),
             max_tokens: 4096,
+            allow_insecure: false,
         }
     }
 }
@@ -97,6 +101,9 @@ pub struct OpenAiSettings {
     pub top_p: Option<f32>,
     /// A fixed seed, for servers that honour one.
     pub seed: Option<u32>,
+    /// Allows a plain `http://` base URL off this machine (the key and the conversation would
+    /// cross the network unencrypted).
+    pub allow_insecure: bool,
     /// The server is Jarvis's own `jarvis-llm`, which is told which calls are housekeeping.
     #[serde(skip)]
     pub jarvis_server: bool,
@@ -112,6 +119,7 @@ impl OpenAiSettings {
             temperature: None,
             top_p: None,
             seed: None,
+            allow_insecure: false,
             jarvis_server: false,
         }
     }

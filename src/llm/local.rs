@@ -269,6 +269,7 @@ pub fn wire_settings(settings: &LocalSettings, model: &Path, base_url: String) -
         temperature: Some(settings.temperature),
         top_p: Some(settings.top_p),
         seed: settings.seed,
+        allow_insecure: false,
         jarvis_server: true,
     }
 }

@@ -220,6 +220,15 @@ pub enum LlmError {
         /// The limit.
         secs: f64,
     },
+    /// The server answered with a redirect, which is never followed: the key and the
+    /// conversation go only to the base URL the settings name.
+    #[error("the server redirected the request to {location} (HTTP {status}); it was not followed — if that address is right, make it the base URL")]
+    Redirected {
+        /// The HTTP status (301, 302, 307, 308…).
+        status: u16,
+        /// Where it pointed.
+        location: String,
+    },
     /// The server answered with an error status.
     #[error("the server answered {status}: {message}")]
     Status {
@@ -345,6 +354,14 @@ pub enum BackendError {
         /// The variable.
         var: &'static str,
     },
+    /// A plain-HTTP base URL off this machine, not allowed in the settings.
+    #[error("{url} is plain HTTP to another machine: the key and the conversation would cross the network unencrypted; use https://, or set allow_insecure = true in [{section}]")]
+    Insecure {
+        /// The base URL.
+        url: String,
+        /// The settings section (`anthropic`, `openai`).
+        section: &'static str,
+    },
     /// A key that cannot be sent in an HTTP header.
     #[error("{var} holds characters that cannot be sent in an HTTP header; check it for stray quotes or line breaks")]
     BadKey {
@@ -362,6 +379,27 @@ pub enum BackendError {
     Client(String),
 }
 
+/// Refuses a plain `http://` base URL whose host is not this machine.
+fn refuse_insecure(base_url: &str, section: &'static str) -> Result<(), BackendError> {
+    let Ok(url) = reqwest::Url::parse(base_url.trim()) else {
+        return Ok(()); // (The request names a malformed URL when it is made.)
+    };
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if url.scheme() == "http" && !loopback {
+        return Err(BackendError::Insecure {
+            url: base_url.trim().to_string(),
+            section,
+        });
+    }
+    Ok(())
+}
+
 /// Builds the backend the configuration selects, refusing a remote one whose key is missing.
 pub fn from_config(
     config: &Config,
@@ -369,6 +407,15 @@ pub fn from_config(
 ) -> Result<Arc<dyn Backend>, BackendError> {
     let s = &config.settings;
     let concurrency = s.replies.max_concurrent.max(1);
+    match s.backend {
+        BackendKind::Anthropic if !s.anthropic.allow_insecure => {
+            refuse_insecure(&s.anthropic.base_url, "anthropic")?
+        }
+        BackendKind::Openai if !s.openai.allow_insecure => {
+            refuse_insecure(&s.openai.base_url, "openai")?
+        }
+        _ => {}
+    }
     match s.backend {
         BackendKind::Anthropic => {
             let (key, _) = crate::config::find_key(BackendKind::Anthropic.key_var_of(), env)

@@ -108,6 +108,18 @@ async fn send(
     if status.is_success() {
         return Ok(response);
     }
+    if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| capped(l.trim()))
+            .unwrap_or_else(|| "an address it did not give".into());
+        return Err(LlmError::Redirected {
+            status: status.as_u16(),
+            location,
+        });
+    }
     let retry_after = response
         .headers()
         .get("retry-after")
@@ -221,6 +233,8 @@ impl Transport {
     pub fn new(timeouts: &crate::config::Timeouts) -> Result<Transport, super::BackendError> {
         let client = reqwest::Client::builder()
             .connect_timeout(timeouts.connect())
+            // A redirect would carry the key and the conversation elsewhere: never followed.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| super::BackendError::Client(e.to_string()))?;
         Ok(Transport {
