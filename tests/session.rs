@@ -88,6 +88,7 @@ fn env_for(dir: &Dir) -> Env {
     let data = dir.path().to_path_buf();
     Arc::new(move |name: &str| match name {
         "JARVIS_KEYRING" => Some("off".into()),
+        "ANTHROPIC_API_KEY" => Some("sk-ant-for-the-first-host".into()),
         "JARVIS_CONFIG" => Some(config.display().to_string()),
         "JARVIS_DATA_DIR" => Some(data.display().to_string()),
         _ => None,
@@ -118,7 +119,11 @@ fn form_of(settings: &Settings) -> SettingsForm {
     SettingsForm {
         backend: settings.backend,
         model: settings.model().to_string(),
-        base_url: Some(settings.openai.base_url.clone()),
+        base_url: match settings.backend {
+            BackendKind::Anthropic => Some(settings.anthropic.base_url.clone()),
+            BackendKind::Openai => Some(settings.openai.base_url.clone()),
+            BackendKind::Local => None,
+        },
         api_key: None,
         shortcut: settings.desktop.shortcut.clone(),
         save_conversations: settings.voice.save_conversations,
@@ -359,4 +364,25 @@ async fn a_voice_loop_that_cannot_start_says_why_and_refuses_to_listen_or_speak(
     rig.session.start_voice().await;
     assert_eq!(*problems.wait_for(Option::is_none).await.unwrap(), None);
     rig.session.voice().can_listen().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_keyed_backend_to_another_host_asks_for_its_key_again() {
+    let rig =
+        rig_with_file(|stub| toml::to_string(&settings(BackendKind::Anthropic, stub)).unwrap())
+            .await;
+    let before = rig.file();
+    let mut form = rig.form();
+    form.base_url = Some("https://api.example.org".into());
+    let err = rig.session.apply(form).await.unwrap_err();
+    assert!(
+        err.to_string().contains("enter the key for it again"),
+        "{err}"
+    );
+    assert_eq!(rig.file(), before, "nothing was written");
+
+    // The same host (another path or port) keeps its key.
+    let mut form = rig.form();
+    form.base_url = Some(format!("{}/", rig.stub.anthropic_url()));
+    rig.session.apply(form).await.unwrap();
 }

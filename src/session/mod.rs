@@ -224,6 +224,9 @@ impl Session {
     pub async fn apply(&self, form: SettingsForm) -> Result<Applied, SessionError> {
         let changes = form.changes().map_err(SessionError::Invalid)?;
         let new_key = form.new_key().map(str::to_string);
+        if new_key.is_none() {
+            self.key_stays_with_its_host(&form)?;
+        }
         if let (Some(var), Some(key)) = (form.backend.key_var(), new_key.clone()) {
             let key = SecretString::from(key);
             tokio::task::spawn_blocking(move || config::store_key(var, &key))
@@ -264,6 +267,41 @@ impl Session {
                 .then(|| new.desktop.shortcut.clone()),
             theme: new.desktop.theme,
         })
+    }
+
+    /// A key given for one host is never sent to another unasked: a form that moves a keyed
+    /// backend to a new host must give its key again.
+    fn key_stays_with_its_host(&self, form: &SettingsForm) -> Result<(), SessionError> {
+        let settings = self.settings();
+        let (current, needs_key) = match form.backend {
+            config::BackendKind::Anthropic => (settings.anthropic.base_url, true),
+            config::BackendKind::Openai => (settings.openai.base_url, settings.openai.requires_key),
+            config::BackendKind::Local => return Ok(()),
+        };
+        let Some(wanted) = form
+            .base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        else {
+            return Ok(());
+        };
+        let host = |url: &str| {
+            reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+        };
+        let var = form.backend.key_var().unwrap_or_default();
+        if needs_key
+            && host(&current) != host(wanted)
+            && config::find_key(var, &*self.env).is_some()
+        {
+            return Err(SessionError::Invalid(format!(
+                "the base URL now points to {}: enter the key for it again (a key is never sent to a new host unasked)",
+                host(wanted).unwrap_or_else(|| wanted.to_string())
+            )));
+        }
+        Ok(())
     }
 
     /// "Use earlier conversations": saved, and in force from the next reply on.
