@@ -267,3 +267,59 @@ async fn by_default_a_model_under_a_billion_parameters_is_not_offered_tools() {
     );
     assert!(service.store().facts().unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_model_server_answers_only_jarvis() {
+    use tokio::io::AsyncBufReadExt;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const TOKEN: &str = "a-token-only-jarvis-holds";
+    let mut server = tokio::process::Command::new(llm_server())
+        .arg("--model")
+        .arg(local_model())
+        .arg("--exit-with-stdin")
+        .env("JARVIS_LLM_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let base = line
+        .split_once("listening on ")
+        .unwrap()
+        .1
+        .trim()
+        .to_string();
+    let port = reqwest::Url::parse(&base).unwrap().port().unwrap();
+    let client = reqwest::Client::new();
+    let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}"#;
+    let ask = |auth: Option<&str>, content_type: &str, host: Option<String>| {
+        let mut request = client
+            .post(format!("{base}/chat/completions"))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(token) = auth {
+            request = request.bearer_auth(token);
+        }
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let json = "application/json";
+    assert_eq!(ask(None, json, None).await, 401, "no token");
+    assert_eq!(ask(Some("a-guess"), json, None).await, 401, "a wrong token");
+    // A web page can send text/plain without a preflight: refused, token or not.
+    assert_eq!(ask(Some(TOKEN), "text/plain", None).await, 415, "not JSON");
+    // A page whose name was pointed at 127.0.0.1 (DNS rebinding) sends its own Host.
+    let rebound = Some(format!("attacker.example:{port}"));
+    assert_eq!(ask(Some(TOKEN), json, rebound).await, 403, "a foreign Host");
+    assert_eq!(ask(Some(TOKEN), json, None).await, 200, "Jarvis itself");
+    let models = client.get(format!("{base}/models")).send().await.unwrap();
+    assert_eq!(models.status().as_u16(), 401);
+}

@@ -150,10 +150,12 @@ fn run(args: Args) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
+        let guard = Guard::new(addr.port());
         println!("jarvis-llm listening on http://{addr}/v1");
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/v1/models", get(models))
+            .layer(axum::middleware::from_fn_with_state(guard, admit))
             .with_state(App {
                 jobs,
                 model_name,
@@ -162,6 +164,81 @@ fn run(args: Args) -> Result<()> {
         axum::serve(listener, app).await?;
         Ok(())
     })
+}
+
+/// Who may ask: only this machine's own address for the Host (a web page that points a name at
+/// 127.0.0.1 is refused), JSON bodies only (a page's `text/plain` POST needs no preflight), and,
+/// when Jarvis gave one in `JARVIS_LLM_TOKEN` (never on the command line, which other users
+/// see), the token as a bearer.
+#[derive(Clone)]
+struct Guard {
+    hosts: Arc<[String]>,
+    token: Option<Arc<str>>,
+}
+
+impl Guard {
+    fn new(port: u16) -> Guard {
+        let token = std::env::var("JARVIS_LLM_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        if token.is_none() {
+            tracing::warn!("no JARVIS_LLM_TOKEN: any program on this machine may ask this server");
+        }
+        Guard {
+            hosts: ["127.0.0.1", "localhost", "[::1]"]
+                .iter()
+                .map(|h| format!("{h}:{port}"))
+                .collect(),
+            token: token.map(Into::into),
+        }
+    }
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn admit(
+    State(guard): State<Guard>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = request.headers();
+    let text = |name: axum::http::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let refuse = |status: StatusCode, why: &str| {
+        (status, Json(json!({"error": {"message": why}}))).into_response()
+    };
+    let host = text(axum::http::header::HOST);
+    if !guard.hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "this server answers only this machine",
+        );
+    }
+    if let Some(token) = &guard.token {
+        let given = text(axum::http::header::AUTHORIZATION);
+        let given = given.strip_prefix("Bearer ").unwrap_or_default();
+        if !same(given.as_bytes(), token.as_bytes()) {
+            return refuse(StatusCode::UNAUTHORIZED, "a missing or wrong token");
+        }
+    }
+    if request.method() == axum::http::Method::POST {
+        let json = text(axum::http::header::CONTENT_TYPE)
+            .split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "the body must be JSON");
+        }
+    }
+    next.run(request).await
 }
 
 async fn models(State(app): State<App>) -> Json<Value> {

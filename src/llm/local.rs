@@ -144,6 +144,10 @@ impl Inner {
         let bin = self.server_bin()?;
         let mut std_cmd = std::process::Command::new(bin);
         crate::config::without_keys(&mut std_cmd);
+        // The server answers only whoever holds this (in its environment, which no other user
+        // of the machine can read; never on its command line, which they can).
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        std_cmd.env("JARVIS_LLM_TOKEN", &token);
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.arg("--model")
             .arg(&self.model)
@@ -202,7 +206,8 @@ impl Inner {
         });
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let openai = wire_settings(&self.settings, &self.model, url);
-        let backend = OpenAi::new(BackendKind::Local, openai, None, &self.timeouts, 1)
+        let token = Some(secrecy::SecretString::from(token));
+        let backend = OpenAi::new(BackendKind::Local, openai, token, &self.timeouts, 1)
             .map_err(|e| e.to_string())?;
         tracing::info!(model = %self.model.display(), "local model server started");
         Ok(Running {
