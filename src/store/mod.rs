@@ -374,14 +374,21 @@ fn private_file(path: &Path) -> Result<(), StoreError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    // Never an open-and-close of a database that exists: closing any descriptor of the file
+    // drops every SQLite lock this process holds on it (POSIX locks are per process), which
+    // another connection here may be relying on. So it is made only when missing, and its mode
+    // set through its path.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(failed)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(failed)
+    {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(failed(err)),
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(failed)
 }
 
 impl Store {
