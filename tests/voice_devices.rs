@@ -176,7 +176,7 @@ async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connec
                 .to_string()
         }
     };
-    let line = microphone_line("").await;
+    let line = microphone_line("# the defaults\n").await;
     assert!(
         line.starts_with("microphone: the system default (Unix FIFO source ")
             && line.ends_with("mic.fifo, Monitor of Null Output"),
