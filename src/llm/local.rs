@@ -88,6 +88,13 @@ pub fn find_server(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The model server as a command, started without the API keys in its environment.
+fn server_command(bin: &Path) -> tokio::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    crate::config::without_keys(&mut cmd);
+    tokio::process::Command::from(cmd)
+}
+
 impl Local {
     /// The backend for `config`'s `[local]` settings; nothing starts until the first question.
     pub fn new(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Local {
@@ -142,13 +149,11 @@ impl Inner {
             ));
         }
         let bin = self.server_bin()?;
-        let mut std_cmd = std::process::Command::new(bin);
-        crate::config::without_keys(&mut std_cmd);
+        let mut cmd = server_command(bin);
         // The server answers only whoever holds this (in its environment, which no other user
         // of the machine can read; never on its command line, which they can).
         let token = uuid::Uuid::new_v4().simple().to_string();
-        std_cmd.env("JARVIS_LLM_TOKEN", &token);
-        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.env("JARVIS_LLM_TOKEN", &token);
         cmd.arg("--model")
             .arg(&self.model)
             .arg("--ctx")
@@ -301,9 +306,7 @@ pub async fn describe(
     let bin = find_server(env).ok_or_else(|| {
         format!("`{SERVER_BIN}` is not installed beside jarvis; build it with `cargo build --release -p jarvis-llm`")
     })?;
-    let mut std_cmd = std::process::Command::new(&bin);
-    crate::config::without_keys(&mut std_cmd);
-    let out = tokio::process::Command::from(std_cmd)
+    let out = server_command(&bin)
         .arg("--model")
         .arg(model)
         .arg("--check")

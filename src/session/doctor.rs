@@ -205,20 +205,16 @@ fn voice_parts(config: &Config, report: &mut Report) {
 
 async fn microphones(config: &Config, report: &mut Report) {
     let wanted = config.settings.voice.input_device.trim().to_string();
-    let listed = tokio::task::spawn_blocking(voice::device::microphones).await;
+    let listed = match tokio::task::spawn_blocking(voice::device::microphones).await {
+        Ok(listed) => listed.map_err(|e| e.to_string()),
+        Err(stopped) => Err(stopped.to_string()),
+    };
     let found = match listed {
-        Ok(Ok(found)) => found,
-        Ok(Err(err)) => {
+        Ok(found) => found,
+        Err(why) => {
             report.found(
                 "microphone",
-                format!("cannot list the input devices ({err})"),
-            );
-            return;
-        }
-        Err(err) => {
-            report.found(
-                "microphone",
-                format!("cannot list the input devices ({err})"),
+                format!("cannot list the input devices ({why})"),
             );
             return;
         }

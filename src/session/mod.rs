@@ -24,11 +24,6 @@ pub use voice::{device_parts, PartsMaker, VoiceSupervisor};
 /// The environment as the session reads it (the real one, or a test's).
 pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
-/// The real environment.
-pub fn process_env() -> Env {
-    Arc::new(|name| std::env::var(name).ok())
-}
-
 /// The real environment, with the API keys `keys` taken out of it at start
 /// ([`config::take_keys_from_env`]) still found here.
 pub fn process_env_with(keys: Vec<(&'static str, String)>) -> Env {

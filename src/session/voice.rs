@@ -270,11 +270,6 @@ impl VoiceSupervisor {
             .map_err(Clone::clone)
     }
 
-    /// The running loop, if any.
-    pub fn current(&self) -> Option<Arc<VoiceLoop>> {
-        self.slot().current.as_ref().ok().cloned()
-    }
-
     /// Why Jarvis cannot listen or speak, now and whenever it changes (`None`: the voice works).
     pub fn problems(&self) -> watch::Receiver<Option<String>> {
         self.inner.problem.subscribe()

@@ -297,8 +297,8 @@ impl LoopState {
                     loop {
                         match self.signals.try_recv() {
                             Ok(signal) => self.on_signal(Ok(signal)).await,
-                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                                self.on_signal(Err(broadcast::error::RecvError::Lagged(n))).await
+                            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                                self.on_signal(Err(missed)).await
                             }
                             Err(_) => break,
                         }
@@ -307,10 +307,13 @@ impl LoopState {
                     self.on_status(status).await;
                 }
                 signal = self.signals.recv() => {
-                    if matches!(signal, Err(broadcast::error::RecvError::Closed)) {
-                        return;
+                    match signal {
+                        Ok(signal) => self.on_signal(Ok(signal)).await,
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            self.on_signal(Err(missed)).await
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
                     }
-                    self.on_signal(signal).await;
                     let status = self.status.borrow_and_update().clone();
                     self.on_status(status).await;
                 }
@@ -336,17 +339,17 @@ impl LoopState {
     }
 
     /// Stop cuts Jarvis's voice; Listen lets a microphone that failed be tried again.
-    async fn on_signal(&mut self, signal: Result<VoiceSignal, broadcast::error::RecvError>) {
+    /// `Err(missed)`: that many signals went unread.
+    async fn on_signal(&mut self, signal: Result<VoiceSignal, u64>) {
         match signal {
             Ok(VoiceSignal::Stop) => self.cut().await,
             Ok(VoiceSignal::Listen) => self.mic_down = false,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
+            Err(missed) => {
                 // (Sixteen signals unread: never seen.) A missed Listen is safe to assume; a
                 // missed Stop is not, since cutting a voice nobody stopped would be worse.
                 tracing::warn!(missed, "the voice loop missed signals");
                 self.mic_down = false;
             }
-            Err(broadcast::error::RecvError::Closed) => {}
         }
     }
 
