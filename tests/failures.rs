@@ -410,3 +410,105 @@ fn plain_http_to_another_machine_needs_allow_insecure() {
         );
     }
 }
+
+/// Runs one reply, failing the test if it has not ended within `limit` (an old decoder froze).
+async fn run_within(
+    limit: Duration,
+    settings: Settings,
+    stub: &Stub,
+) -> (Vec<Event>, String, jarvis::store::Reply) {
+    tokio::time::timeout(limit, run_one(settings, stub))
+        .await
+        .expect("the reply froze instead of ending in a named failure")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_byte_that_is_not_utf8_fails_the_reply_at_once_and_keeps_the_text() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("Before the bad byte. ").ending(Ending::InvalidUtf8));
+        let mut s = settings(kind, &stub);
+        // Far off, so a decoder that waits for the stream's end cannot pass by its stall.
+        s.timeouts.idle_secs = 30.0;
+        let started = Instant::now();
+        let (_, text, stored) = run_within(Duration::from_secs(20), s, &stub).await;
+        assert_eq!(stored.state, ReplyState::Failed, "{kind}");
+        let reason = stored.reason.unwrap();
+        assert!(reason.contains("invalid UTF-8"), "{kind}: {reason}");
+        assert_eq!(text, "Before the bad byte. ");
+        assert_eq!(stored.text, "Before the bad byte. ");
+        assert!(started.elapsed() < Duration::from_secs(5), "{kind}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_line_that_never_ends_is_refused_at_the_event_limit() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("So far, so good. ").ending(Ending::GiantEvent));
+        let (_, _, stored) =
+            run_within(Duration::from_secs(20), settings(kind, &stub), &stub).await;
+        assert_eq!(stored.state, ReplyState::Failed, "{kind}");
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.contains("an event larger than 1024 KiB"),
+            "{kind}: {reason}"
+        );
+        assert_eq!(stored.text, "So far, so good. ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_reply_ends_at_the_longest_allowed_and_keeps_that_much() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("It begins: ").ending(Ending::Endless));
+        let mut s = settings(kind, &stub);
+        s.replies.max_chars = 5_000;
+        let (_, _, stored) = run_within(Duration::from_secs(20), s, &stub).await;
+        assert_eq!(stored.state, ReplyState::Failed, "{kind}");
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.contains("5000 characters") && reason.contains("max_chars"),
+            "{kind}: {reason}"
+        );
+        assert!(stored.text.starts_with("It begins: and on and on"));
+        assert_eq!(stored.text.chars().count(), 5_000, "{kind}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_answer_that_is_not_an_event_stream_is_named_as_such() {
+    let stub = Stub::start().await.unwrap();
+    // A server that ignores `"stream": true` and answers with the whole completion.
+    let body = serde_json::json!({
+        "object": "chat.completion",
+        "choices": [{"message": {"role": "assistant", "content": "Hello there"}}],
+    })
+    .to_string();
+    stub.push(Script::raw(
+        200,
+        &[("content-type", "application/json")],
+        body,
+    ));
+    stub.push(Script::raw(
+        200,
+        &[("content-type", "text/html; charset=utf-8")],
+        "<html><body>Please sign in to the proxy</body></html>",
+    ));
+    for shown in ["chat.completion", "Please sign in to the proxy"] {
+        let (_, _, stored) = run_within(
+            Duration::from_secs(20),
+            settings(BackendKind::Openai, &stub),
+            &stub,
+        )
+        .await;
+        assert_eq!(stored.state, ReplyState::Failed);
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.contains("not an event stream") && reason.contains(shown),
+            "{reason}"
+        );
+    }
+    assert_eq!(stub.received().len(), 2, "not retried");
+}

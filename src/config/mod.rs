@@ -222,6 +222,28 @@ mod tests {
     }
 
     #[test]
+    fn a_timeout_that_is_not_a_positive_number_of_seconds_is_refused_by_name() {
+        // (The fuzz target found `idle_secs = nan` read as "60 s" without a word.)
+        let path = std::path::Path::new("/home/u/.config/jarvis/settings.toml");
+        for (text, shown) in [
+            ("[timeouts]\nidle_secs = nan", "idle_secs = NaN"),
+            ("[timeouts]\nconnect_secs = -1", "connect_secs = -1"),
+            (
+                "[timeouts]\nfirst_token_secs = inf",
+                "first_token_secs = inf",
+            ),
+            ("[timeouts]\nidle_secs = 0.0", "idle_secs = 0"),
+        ] {
+            let err = Settings::parse(text, path).unwrap_err().to_string();
+            assert!(
+                err.contains(shown) && err.contains("settings.toml"),
+                "{err}"
+            );
+        }
+        assert!(Settings::parse("[timeouts]\nidle_secs = 0.5", path).is_ok());
+    }
+
+    #[test]
     fn saving_settings_uses_a_temporary_file_of_its_own_and_leaves_none_behind() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.toml");

@@ -275,6 +275,9 @@ pub struct ReplySettings {
     /// The model's context in tokens, for compacting long chats; 0: what the backend says
     /// (the local model's `context`; 200,000 for Anthropic; 128,000 for OpenAI-compatible).
     pub context_tokens: usize,
+    /// The longest reply kept, in characters: a backend that writes on past it (a runaway or
+    /// endless stream) is stopped there, the text so far kept and the reply failed with a reason.
+    pub max_chars: usize,
 }
 
 impl Default for ReplySettings {
@@ -284,6 +287,7 @@ impl Default for ReplySettings {
             progress_ms: 250,
             busy_timeout_ms: 5000,
             context_tokens: 0,
+            max_chars: 200_000,
         }
     }
 }
@@ -488,10 +492,25 @@ pub struct Settings {
 impl Settings {
     /// Parses a settings file's text; `path` names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
-        toml::from_str(text).map_err(|err| ConfigError::Malformed {
+        let malformed = |message: String| ConfigError::Malformed {
             path: path.to_path_buf(),
-            message: err.to_string().trim_end().to_string(),
-        })
+            message,
+        };
+        let settings: Settings = toml::from_str(text)
+            .map_err(|err| malformed(err.to_string().trim_end().to_string()))?;
+        let t = &settings.timeouts;
+        for (key, secs) in [
+            ("connect_secs", t.connect_secs),
+            ("first_token_secs", t.first_token_secs),
+            ("idle_secs", t.idle_secs),
+        ] {
+            if !(secs.is_finite() && secs > 0.0) {
+                return Err(malformed(format!(
+                    "[timeouts] {key} = {secs}: a timeout is a number of seconds above 0"
+                )));
+            }
+        }
+        Ok(settings)
     }
 
     /// The model of the selected backend.

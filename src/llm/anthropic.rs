@@ -217,7 +217,7 @@ struct ErrorBody<'a> {
 }
 
 impl Decoder for MessagesDecoder {
-    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError> {
+    fn event(&mut self, event: &sse::Event) -> Result<Vec<LlmEvent>, LlmError> {
         if event.data.trim().is_empty() {
             return Ok(Vec::new());
         }

@@ -259,6 +259,18 @@ pub enum LlmError {
     /// A data line could not be read.
     #[error("the server sent malformed data: {0}")]
     Malformed(String),
+    /// The server sent more than a reply may hold: an event or a whole stream past its limit.
+    #[error("the server sent {0}; the reply was ended there")]
+    TooMuch(String),
+    /// A successful answer that is not an event stream (e.g. a whole JSON completion, or a
+    /// proxy's HTML page).
+    #[error("the server answered with {content_type}, not an event stream: {excerpt}")]
+    NotAStream {
+        /// Its `content-type`.
+        content_type: String,
+        /// The start of its body (or the error message in it).
+        excerpt: String,
+    },
 }
 
 impl LlmError {

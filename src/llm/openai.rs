@@ -217,7 +217,7 @@ struct Usage {
 }
 
 impl Decoder for ChunkDecoder {
-    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError> {
+    fn event(&mut self, event: &sse::Event) -> Result<Vec<LlmEvent>, LlmError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(Vec::new());

@@ -101,6 +101,8 @@ pub struct ServiceOptions {
     pub earlier_conversations: bool,
     /// The model's context in tokens (0: the backend's own).
     pub context_tokens: usize,
+    /// The longest reply kept, in characters.
+    pub max_chars: usize,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -130,6 +132,7 @@ impl ServiceOptions {
             recall: None,
             earlier_conversations: settings.memory.earlier_conversations,
             context_tokens: settings.replies.context_tokens,
+            max_chars: settings.replies.max_chars.max(1),
         }
     }
 
@@ -249,6 +252,8 @@ where
 {
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result,
+        // The runtime is shutting down and never ran it.
+        Err(join) if join.is_cancelled() => Err(StoreError::ShuttingDown),
         Err(join) => std::panic::resume_unwind(join.into_panic()),
     }
 }
@@ -796,26 +801,28 @@ impl Actor {
         };
         let store = self.store_of(chat).clone();
         let started = blocking(move || -> Result<Start, StoreError> {
-            if store.live_elsewhere(chat)? {
-                return Ok(Start::Busy);
-            }
-            let (question, reply) = match text {
+            // The store checks that no other process replies here in the transaction that
+            // starts the reply.
+            let started = match text {
                 Some(text) => {
                     let title =
                         (store.chat(chat)?.title == NEW_CHAT_TITLE).then(|| title_from(&text));
-                    let (record, reply) =
-                        store.add_question(chat, &text, title.as_deref(), initial)?;
-                    (record.id, reply)
+                    store
+                        .add_question(chat, &text, title.as_deref(), initial)
+                        .map(|(record, reply)| (record.id, reply.id))
                 }
                 None => match store.last_reply(chat)? {
-                    Some(last) if last.state.can_retry() => (
-                        last.question,
-                        store.start_reply(chat, last.question, initial)?,
-                    ),
+                    Some(last) if last.state.can_retry() => store
+                        .start_reply(chat, last.question, initial)
+                        .map(|reply| (last.question, reply.id)),
                     _ => return Ok(Start::NothingToRetry),
                 },
             };
-            Ok(Start::Started(question, reply.id))
+            match started {
+                Ok((question, reply)) => Ok(Start::Started(question, reply)),
+                Err(StoreError::ReplyingElsewhere(_)) => Ok(Start::Busy),
+                Err(err) => Err(err),
+            }
         })
         .await?;
         let (question, reply) = match started {

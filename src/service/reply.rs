@@ -12,7 +12,7 @@ use super::events::{Event, ReplyLog, WAITING_MESSAGE};
 use super::{blocking, Command, ServiceOptions};
 use crate::llm::{self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall};
 use crate::memory;
-use crate::store::{ChatId, Record, RecordId, ReplyId, ReplyState, Store, LEASE};
+use crate::store::{ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE};
 
 pub(crate) struct ReplyJob {
     pub chat: ChatId,
@@ -206,8 +206,13 @@ impl ReplyJob {
     /// Renews the reply's lease, so no other process takes it for dead while it waits.
     async fn renew_lease(&self) {
         let (store, reply) = (self.store.clone(), self.reply);
-        if let Err(err) = blocking(move || store.renew_lease(reply)).await {
-            tracing::warn!(%err, "could not renew a reply's lease");
+        match blocking(move || store.renew_lease(reply)).await {
+            Ok(()) => {}
+            Err(err @ StoreError::NotOurs(_)) => {
+                tracing::warn!(%err, "a reply was taken by another Jarvis; it stops");
+                self.cancel.cancel();
+            }
+            Err(err) => tracing::warn!(%err, "could not renew a reply's lease"),
         }
     }
 
@@ -277,7 +282,8 @@ impl ReplyJob {
         };
 
         // Progress goes to a writer task so a slow disk never holds up the stream.
-        let (progress, writer) = progress_writer(self.store.clone(), self.reply);
+        let (progress, writer) =
+            progress_writer(self.store.clone(), self.reply, self.cancel.clone());
         let mut progress = Progress {
             tx: progress,
             saved_at: Instant::now(),
@@ -419,6 +425,15 @@ impl ReplyJob {
             .map_err(|e| e.to_string())
     }
 
+    /// The reply reached `max_chars`: it ends there, what came kept.
+    fn too_long(&self) -> Outcome {
+        tracing::warn!(reply = %self.reply, limit = self.options.max_chars, "a reply reached the longest kept");
+        Outcome::failed(format!(
+            "the reply reached {} characters, the longest kept (`max_chars` in [replies]); the backend was stopped there and the text so far is kept",
+            self.options.max_chars
+        ))
+    }
+
     /// The guarded path's settings, for housekeeping calls.
     fn guard(&self) -> memory::summary::Guard {
         memory::summary::Guard {
@@ -445,6 +460,8 @@ impl ReplyJob {
         let mut heartbeat = tokio::time::interval(LEASE / 3);
         let mut cut_at_limit = false;
         let mut said = String::new();
+        // What the reply holds, text and tool arguments, against `max_chars`.
+        let mut room = self.options.max_chars.saturating_sub(text.chars().count());
         // By the provider's index (Anthropic counts the text block too).
         let mut calls: std::collections::BTreeMap<usize, (String, String, String)> =
             Default::default();
@@ -475,11 +492,16 @@ impl ReplyJob {
                             // A new round's words start a new paragraph of the same reply.
                             delta.insert_str(0, "\n\n");
                         }
+                        let full = take_room(&mut delta, &mut room);
                         said.push_str(delta.trim_start_matches('\n'));
                         text.push_str(&delta);
                         let sentence = ends_sentence(&delta);
                         self.log.push(Event::Delta { reply: self.reply, text: delta });
                         progress.dirty = true;
+                        if full {
+                            progress.save(text);
+                            return Round::Ended(self.too_long());
+                        }
                         if sentence || progress.saved_at.elapsed() >= self.options.progress {
                             progress.save(text);
                         }
@@ -489,6 +511,10 @@ impl ReplyJob {
                     }
                     Some(Ok(Guarded::Event(LlmEvent::ToolCallArgs { index, fragment }))) => {
                         if let Some(call) = calls.get_mut(&index) {
+                            let mut fragment = fragment;
+                            if take_room(&mut fragment, &mut room) {
+                                return Round::Ended(self.too_long());
+                            }
                             call.2.push_str(&fragment);
                         }
                     }
@@ -514,6 +540,23 @@ impl ReplyJob {
                     progress.tx.send_replace(text.clone());
                 }
             }
+        }
+    }
+}
+
+/// Takes `piece` out of the `room` left (in characters), cutting it to fit; true when the room
+/// is used up.
+fn take_room(piece: &mut String, room: &mut usize) -> bool {
+    let mut chars = piece.char_indices();
+    match chars.nth(*room) {
+        Some((cut, _)) => {
+            piece.truncate(cut);
+            *room = 0;
+            true
+        }
+        None => {
+            *room -= piece.chars().count();
+            false
         }
     }
 }
@@ -551,9 +594,12 @@ impl Progress {
 }
 
 /// A task that stores the latest text it is sent, skipping versions it had no time for.
+///
+/// A reply another Jarvis has taken (and ended) is stopped here: nothing it writes would be kept.
 fn progress_writer(
     store: Store,
     reply: ReplyId,
+    cancel: CancellationToken,
 ) -> (watch::Sender<String>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = watch::channel(String::new());
     rx.mark_unchanged();
@@ -561,8 +607,14 @@ fn progress_writer(
         while rx.changed().await.is_ok() {
             let text = rx.borrow_and_update().clone();
             let store = store.clone();
-            if let Err(err) = blocking(move || store.save_progress(reply, &text)).await {
-                tracing::warn!(%err, %reply, "could not store a reply's progress");
+            match blocking(move || store.save_progress(reply, &text)).await {
+                Ok(()) => {}
+                Err(err @ StoreError::NotOurs(_)) => {
+                    tracing::warn!(%err, "a reply was taken by another Jarvis; it stops");
+                    cancel.cancel();
+                    return;
+                }
+                Err(err) => tracing::warn!(%err, %reply, "could not store a reply's progress"),
             }
         }
     });

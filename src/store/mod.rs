@@ -92,6 +92,16 @@ pub enum StoreError {
     /// An empty fact.
     #[error("a fact cannot be empty")]
     EmptyFact,
+    /// The reply is no longer this process's to write: another Jarvis took it as abandoned and
+    /// ended it (its text as it stood then is kept).
+    #[error("reply {0} was ended by another Jarvis; nothing more is written to it")]
+    NotOurs(ReplyId),
+    /// A live reply of another running Jarvis is writing in this chat.
+    #[error("chat {0} is replying in another Jarvis; wait for it to finish")]
+    ReplyingElsewhere(ChatId),
+    /// The app is shutting down: the call was never made.
+    #[error("Jarvis is shutting down; nothing more is written")]
+    ShuttingDown,
     /// Any other SQLite error.
     #[error("database error in {path}: {source}")]
     Sqlite {

@@ -193,7 +193,10 @@ pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     if context.began_while_speaking && is_echo(&said, context.recent_answers) {
         return Heard::Echo;
     }
-    if phrase_in(&said, STOPS) {
+    // "Stop, stop!" is said alone as much as "stop" is.
+    let mut once = said.clone();
+    once.dedup();
+    if phrase_in(&said, STOPS) || phrase_in(&once, STOPS) {
         return Heard::Stop;
     }
     if context.wake_conversation && phrase_in(&said, GOODBYES) {
@@ -234,6 +237,8 @@ mod tests {
             "OK, stop.",
             "Stop, please.",
             "Jarvis, stop.",
+            "Stop, stop!",
+            "Stop stop stop.",
         ] {
             assert_eq!(plain(stop), Heard::Stop, "{stop}");
         }

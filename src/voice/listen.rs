@@ -286,7 +286,7 @@ impl Listener {
 /// What was said after "Hey Jarvis" in the same breath. The name is looked for word by word, so
 /// the slice is always taken at a word boundary of the original text (case folding can change a
 /// word's length in bytes: "İ" lowercases to two characters).
-fn after_wake_word(text: &str) -> String {
+pub fn after_wake_word(text: &str) -> String {
     for word in text.split_whitespace() {
         let folded: String = word.chars().flat_map(char::to_lowercase).collect();
         if ["jarvis", "travis", "jervis", "service"]

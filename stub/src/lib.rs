@@ -67,6 +67,12 @@ pub enum Ending {
     Stall,
     /// A data line whose JSON is broken.
     MalformedJson,
+    /// A text delta holding a byte that cannot be UTF-8; then the server stalls.
+    InvalidUtf8,
+    /// One `data:` line that never ends, written 64 KiB at a time until the client leaves.
+    GiantEvent,
+    /// Text deltas forever, until the client leaves.
+    Endless,
 }
 
 /// One scripted response.
@@ -750,5 +756,25 @@ async fn finish_early(wire: Wire, ending: &Ending, tx: &Tx) -> Result<(), ()> {
             // A real server would go on; the client must fail on the bad line anyway.
             send(tx, text_delta(wire, " and more")).await
         }
+        Ending::InvalidUtf8 => {
+            // "café" with the first byte of its "é" made one no UTF-8 text can hold.
+            let bad: Vec<u8> = text_delta(wire, "café")
+                .iter()
+                .map(|&b| if b == 0xC3 { 0xFF } else { b })
+                .collect();
+            send(tx, Bytes::from(bad)).await?;
+            tx.closed().await;
+            Ok(())
+        }
+        Ending::GiantEvent => {
+            send(tx, Bytes::from_static(b"data: ")).await?;
+            let block = Bytes::from(vec![b'x'; 64 * 1024]);
+            loop {
+                send(tx, block.clone()).await?;
+            }
+        }
+        Ending::Endless => loop {
+            send(tx, text_delta(wire, "and on ")).await?;
+        },
     }
 }

@@ -1,36 +1,83 @@
 //! What both SSE backends share: sending the request, naming HTTP failures, the between-events
-//! timeout, and turning the byte stream into events with `eventsource-stream`.
+//! timeout, and turning the byte stream into events with the bounded [`parser`].
+
+pub mod parser;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use serde_json::Value;
 
 use super::{EventStream, LlmError, LlmEvent};
+pub use parser::Event;
+use parser::{ParseError, Parser};
 
 /// Reads one provider's SSE events into [`LlmEvent`]s.
 pub trait Decoder: Send + 'static {
     /// The events one SSE event stands for, or the error it reports.
-    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<LlmEvent>, LlmError>;
+    fn event(&mut self, event: &Event) -> Result<Vec<LlmEvent>, LlmError>;
     /// Whether the end-of-stream marker was seen.
     fn finished(&self) -> bool;
 }
 
-/// Parses a byte stream into SSE events.
-pub fn events<S>(bytes: S) -> impl Stream<Item = Result<eventsource_stream::Event, LlmError>> + Send
+/// The largest one event may be, in bytes: far above any provider's (a text delta is a few
+/// hundred bytes), far below what would strain memory.
+pub const EVENT_LIMIT: usize = 1 << 20;
+
+/// The most bytes one response may send (128 MiB: a reply of 200,000 characters in Anthropic's
+/// verbose events is about 8 MiB).
+pub const STREAM_LIMIT: u64 = 128 << 20;
+
+/// Parses a byte stream into SSE events. A byte that cannot be UTF-8, an event past
+/// [`EVENT_LIMIT`] or a stream past [`STREAM_LIMIT`] ends it at once with a named failure; the
+/// events before it still come.
+pub fn events<S>(bytes: S) -> impl Stream<Item = Result<Event, LlmError>> + Send
 where
     S: Stream<Item = Result<Bytes, LlmError>> + Send,
 {
-    bytes.eventsource().map(|item| {
-        item.map_err(|err| match err {
-            EventStreamError::Transport(e) => e,
-            EventStreamError::Utf8(e) => LlmError::Malformed(format!("invalid UTF-8: {e}")),
-            EventStreamError::Parser(e) => LlmError::Malformed(format!("bad SSE framing: {e}")),
-        })
-    })
+    async_stream::stream! {
+        futures::pin_mut!(bytes);
+        let mut parser = Parser::new(EVENT_LIMIT);
+        let mut parsed = Vec::new();
+        let mut total = 0u64;
+        while let Some(chunk) = bytes.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    yield Err(err);
+                    return;
+                }
+            };
+            total += chunk.len() as u64;
+            if total > STREAM_LIMIT {
+                yield Err(LlmError::TooMuch(format!(
+                    "more than {} MiB for one reply",
+                    STREAM_LIMIT >> 20
+                )));
+                return;
+            }
+            let fed = parser.feed(&chunk, &mut parsed);
+            for event in parsed.drain(..) {
+                yield Ok(event);
+            }
+            match fed {
+                Ok(()) => {}
+                Err(err @ ParseError::Utf8 { .. }) => {
+                    yield Err(LlmError::Malformed(err.to_string()));
+                    return;
+                }
+                Err(ParseError::TooLarge { limit }) => {
+                    yield Err(LlmError::TooMuch(format!(
+                        "an event larger than {} KiB",
+                        limit >> 10
+                    )));
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Decodes SSE events with `decoder` until its end marker; a stream that ends before it is
@@ -40,7 +87,7 @@ pub fn decode<S, D>(
     mut decoder: D,
 ) -> impl Stream<Item = Result<LlmEvent, LlmError>> + Send
 where
-    S: Stream<Item = Result<eventsource_stream::Event, LlmError>> + Send,
+    S: Stream<Item = Result<Event, LlmError>> + Send,
     D: Decoder,
 {
     async_stream::stream! {
@@ -106,7 +153,7 @@ async fn send(
     })?;
     let status = response.status();
     if status.is_success() {
-        return Ok(response);
+        return event_stream(response).await;
     }
     if status.is_redirection() {
         let location = response
@@ -144,6 +191,43 @@ async fn send(
         status: status.as_u16(),
         message: capped(message.trim()),
         retry_after,
+    })
+}
+
+/// A successful response whose `content-type` says it is an event stream (or says nothing); any
+/// other is [`LlmError::NotAStream`], with the start of what it was.
+async fn event_stream(response: reqwest::Response) -> Result<reqwest::Response, LlmError> {
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence.is_empty() || essence == "text/event-stream" {
+        return Ok(response);
+    }
+    let body = error_body(response).await;
+    let excerpt = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or(body);
+    let excerpt = excerpt.trim();
+    Err(LlmError::NotAStream {
+        content_type: capped(&essence),
+        excerpt: if excerpt.is_empty() {
+            "an empty body".into()
+        } else {
+            capped(excerpt)
+        },
     })
 }
 
