@@ -630,3 +630,67 @@ async fn the_programs_jarvis_runs_never_inherit_an_api_key() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_jarvis_started_during_a_reply_whose_lease_ran_out_leaves_it_to_its_owner() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("A slow answer. It goes on. And it ends.")
+            .deltas_of(2)
+            .paced(Duration::from_millis(30)),
+    );
+    let dir = Dir::new();
+    drop(dir.store());
+    // Every renewal of a lease runs out at once: what a long compaction or a laptop waking
+    // from sleep looks like to another process.
+    rusqlite::Connection::open(dir.db())
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER lease_runs_out AFTER UPDATE OF lease_until ON replies
+             WHEN NEW.lease_until > 0
+             BEGIN UPDATE replies SET lease_until = 0 WHERE id = NEW.id; END;
+             CREATE TRIGGER lease_starts_out AFTER INSERT ON replies
+             BEGIN UPDATE replies SET lease_until = 0 WHERE id = NEW.id; END;",
+        )
+        .unwrap();
+    let mut first = jarvis(&dir);
+    at_stub(&mut first, &stub);
+    let mut child = first
+        .args(["ask", "--new", "slow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains("slow answer") {
+        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the reply ended too early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Another Jarvis starts (every command opens the store and looks for abandoned replies).
+    let (code, chats, stderr) = output(jarvis(&dir).arg("chats")).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(chats.starts_with("1\trunning\t"), "{chats}");
+    stdout.read_to_end(&mut seen).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+
+    let store = dir.store();
+    let reply = store.last_reply(jarvis::ChatId(1)).unwrap().unwrap();
+    assert_eq!(
+        (reply.state, reply.text.as_str()),
+        (ReplyState::Done, "A slow answer. It goes on. And it ends.")
+    );
+    let answers: Vec<_> = store
+        .records(jarvis::ChatId(1))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.role == jarvis::store::Role::Assistant)
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(answers.len(), 1, "one reply, one record: {answers:?}");
+}

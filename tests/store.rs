@@ -230,3 +230,129 @@ fn the_data_directory_and_the_database_are_readable_by_the_user_alone() {
     Store::open(&db, Duration::from_secs(1)).unwrap();
     assert_eq!(mode(&db), 0o600);
 }
+
+/// An owner string for another reply owner in this (running) process.
+fn another_owner_here() -> String {
+    let me = jarvis::store::owner().split(':').next().unwrap();
+    format!("{me}:someone-else")
+}
+
+#[test]
+fn a_reply_whose_owner_still_runs_is_never_taken_however_late_its_lease() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("c").unwrap();
+    let q = store.append_record(chat.id, Role::User, "q", None).unwrap();
+    let r = store
+        .start_reply(chat.id, q.id, ReplyState::Running)
+        .unwrap();
+    // Another owner in a process that runs, whose lease ran out an hour ago (a long compaction,
+    // a laptop that slept).
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    conn.execute(
+        "UPDATE replies SET owner = ?1, lease_until = ?2 WHERE id = ?3",
+        rusqlite::params![another_owner_here(), 0, r.id.0],
+    )
+    .unwrap();
+    assert_eq!(
+        store.mark_interrupted().unwrap(),
+        0,
+        "a living owner's reply was taken"
+    );
+    assert!(store.live_elsewhere(chat.id).unwrap());
+    assert_eq!(
+        store.reply(r.id).unwrap().unwrap().state,
+        ReplyState::Running
+    );
+
+    // The same owner string from a process whose pid now belongs to another process (a later
+    // start time) is gone.
+    let pid = std::process::id();
+    conn.execute(
+        "UPDATE replies SET owner = ?1 WHERE id = ?2",
+        rusqlite::params![format!("{pid}.1:before-a-reboot"), r.id.0],
+    )
+    .unwrap();
+    assert_eq!(store.mark_interrupted().unwrap(), 1);
+}
+
+#[test]
+fn a_reply_taken_by_another_jarvis_is_never_written_twice() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("c").unwrap();
+    let q = store.append_record(chat.id, Role::User, "q", None).unwrap();
+    let r = store
+        .start_reply(chat.id, q.id, ReplyState::Running)
+        .unwrap();
+    store.save_progress(r.id, "so far").unwrap();
+    // Another Jarvis takes it and ends it as interrupted (here: by thinking its owner gone).
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    conn.execute(
+        "UPDATE replies SET owner = 'gone', owner_pid = 2147483646",
+        [],
+    )
+    .unwrap();
+    assert_eq!(store.mark_interrupted().unwrap(), 1);
+    conn.execute(
+        "UPDATE replies SET owner = ?1 WHERE id = ?2",
+        rusqlite::params![jarvis::store::owner(), r.id.0],
+    )
+    .unwrap();
+
+    // The first owner writes on: nothing of it lands.
+    assert!(matches!(
+        store.save_progress(r.id, "so far and more"),
+        Err(StoreError::NotOurs(_))
+    ));
+    assert!(matches!(
+        store.finish_reply(r.id, ReplyState::Done, "so far and more, and the end", None),
+        Err(StoreError::NotOurs(_))
+    ));
+    let reply = store.reply(r.id).unwrap().unwrap();
+    assert_eq!(
+        (reply.state, reply.text.as_str()),
+        (ReplyState::Interrupted, "so far")
+    );
+    let answers: Vec<_> = store
+        .records(chat.id)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.role == Role::Assistant)
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(answers, ["so far"], "one reply, one record");
+}
+
+#[test]
+fn a_question_is_refused_in_the_transaction_that_would_store_it_while_another_jarvis_replies() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("c").unwrap();
+    let (_, r) = store
+        .add_question(chat.id, "first", None, ReplyState::Running)
+        .unwrap();
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    conn.execute(
+        "UPDATE replies SET owner = ?1 WHERE id = ?2",
+        rusqlite::params![another_owner_here(), r.id.0],
+    )
+    .unwrap();
+    assert!(matches!(
+        store.add_question(chat.id, "second", None, ReplyState::Running),
+        Err(StoreError::ReplyingElsewhere(_))
+    ));
+    assert!(matches!(
+        store.start_reply(chat.id, r.question, ReplyState::Running),
+        Err(StoreError::ReplyingElsewhere(_))
+    ));
+    assert!(!store.delete_chat(chat.id).unwrap());
+    assert_eq!(store.start_afresh(chat.id).unwrap(), None);
+    let texts: Vec<_> = store
+        .records(chat.id)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(texts, ["first"], "nothing of the refused question is kept");
+}

@@ -42,16 +42,18 @@ impl Store {
     /// Deletes a chat with its records and replies, unless a live reply in another process is
     /// writing to it (`Ok(false)`).
     pub fn delete_chat(&self, chat: ChatId) -> Result<bool, StoreError> {
-        if self.live_elsewhere(chat)? {
-            return Ok(false);
-        }
-        let n = self
-            .lock()
+        let mut conn = self.lock();
+        let tx = match self.claim(&mut conn, chat) {
+            Err(StoreError::ReplyingElsewhere(_)) => return Ok(false),
+            claimed => claimed?,
+        };
+        let n = tx
             .execute("DELETE FROM chats WHERE id = ?1", [chat.0])
             .map_err(|e| self.err(e))?;
         if n == 0 {
             return Err(StoreError::NoSuchChat(chat));
         }
+        tx.commit().map_err(|e| self.err(e))?;
         Ok(true)
     }
 
@@ -87,11 +89,11 @@ impl Store {
     /// all. Returns the seq the model's history now starts at, or `None` while another process is
     /// replying in it.
     pub fn start_afresh(&self, chat: ChatId) -> Result<Option<i64>, StoreError> {
-        if self.live_elsewhere(chat)? {
-            return Ok(None);
-        }
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let tx = match self.claim(&mut conn, chat) {
+            Err(StoreError::ReplyingElsewhere(_)) => return Ok(None),
+            claimed => claimed?,
+        };
         let since: i64 = tx
             .query_row(
                 "UPDATE chats SET history_since =

@@ -1,7 +1,7 @@
 //! Replies and their leases: one owner writes a reply's progress as it is made; a reply whose
 //! owner is gone is marked interrupted, keeping what was written.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::sync::OnceLock;
 
 use super::{
@@ -10,19 +10,41 @@ use super::{
 };
 
 impl Store {
-    /// Starts a reply to `question`, owned by this process.
+    /// Starts a reply to `question`, owned by this process; [`StoreError::ReplyingElsewhere`]
+    /// while another running Jarvis replies in the chat (checked in the same write transaction,
+    /// so two processes never both start one).
     pub fn start_reply(
         &self,
         chat: ChatId,
         question: RecordId,
         state: ReplyState,
     ) -> Result<Reply, StoreError> {
-        let conn = self.lock();
-        insert_reply(&conn, chat, question, state).map_err(|e| self.err(e))
+        let mut conn = self.lock();
+        let tx = self.claim(&mut conn, chat)?;
+        let reply = insert_reply(&tx, chat, question, state).map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(reply)
+    }
+
+    /// An IMMEDIATE transaction (the write lock taken at once) in which no other running Jarvis
+    /// replies in `chat`; [`StoreError::ReplyingElsewhere`] when one does.
+    pub(super) fn claim<'c>(
+        &self,
+        conn: &'c mut Connection,
+        chat: ChatId,
+    ) -> Result<rusqlite::Transaction<'c>, StoreError> {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        if live_elsewhere(&tx, chat).map_err(|e| self.err(e))? {
+            return Err(StoreError::ReplyingElsewhere(chat));
+        }
+        Ok(tx)
     }
 
     /// Stores a question and starts its reply in one transaction, so a crash never leaves one
-    /// without the other. A chat's first question may also give it `title`.
+    /// without the other, and two processes never both start one in a chat
+    /// ([`StoreError::ReplyingElsewhere`]). A chat's first question may also give it `title`.
     pub fn add_question(
         &self,
         chat: ChatId,
@@ -31,7 +53,7 @@ impl Store {
         state: ReplyState,
     ) -> Result<(Record, Reply), StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let tx = self.claim(&mut conn, chat)?;
         let added = (|| {
             if let Some(title) = title {
                 tx.execute(
@@ -49,26 +71,29 @@ impl Store {
         Ok(added)
     }
 
-    /// Moves a live reply to another live state (waiting → running).
+    /// Moves a live reply of this process to another live state (waiting → running).
     pub fn set_live_state(&self, reply: ReplyId, state: ReplyState) -> Result<(), StoreError> {
-        self.lock()
+        let changed = self
+            .lock()
             .execute(
-                "UPDATE replies SET state = ?2, lease_until = ?3 WHERE id = ?1",
-                params![reply.0, state.as_str(), now_ms() + LEASE.as_millis() as i64],
+                &format!("UPDATE replies SET state = ?3, lease_until = ?4 WHERE {OURS}"),
+                params![reply.0, owner(), state.as_str(), lease_from_now()],
             )
-            .map(drop)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        fenced(reply, changed)
     }
 
-    /// Stores the text written so far and renews the lease.
+    /// Stores the text written so far and renews the lease, while the reply is still this
+    /// process's and live ([`StoreError::NotOurs`] when another took it).
     pub fn save_progress(&self, reply: ReplyId, text: &str) -> Result<(), StoreError> {
-        self.lock()
+        let changed = self
+            .lock()
             .execute(
-                "UPDATE replies SET text = ?2, lease_until = ?3 WHERE id = ?1",
-                params![reply.0, text, now_ms() + LEASE.as_millis() as i64],
+                &format!("UPDATE replies SET text = ?3, lease_until = ?4 WHERE {OURS}"),
+                params![reply.0, owner(), text, lease_from_now()],
             )
-            .map(drop)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        fenced(reply, changed)
     }
 
     /// The latest reply to a question asked before `question` in its chat: where the previous
@@ -101,18 +126,21 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Renews a live reply's lease.
+    /// Renews the lease of a live reply of this process.
     pub fn renew_lease(&self, reply: ReplyId) -> Result<(), StoreError> {
-        self.lock()
+        let changed = self
+            .lock()
             .execute(
-                "UPDATE replies SET lease_until = ?2 WHERE id = ?1",
-                params![reply.0, now_ms() + LEASE.as_millis() as i64],
+                &format!("UPDATE replies SET lease_until = ?3 WHERE {OURS}"),
+                params![reply.0, owner(), lease_from_now()],
             )
-            .map(drop)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        fenced(reply, changed)
     }
 
-    /// Ends a reply: its final state, text and reason, and the assistant record of what was written.
+    /// Ends a live reply of this process: its final state, text and reason, and the assistant
+    /// record of what was written. A reply another process has ended meanwhile is left as it
+    /// ended there ([`StoreError::NotOurs`]), so one reply never gets two records.
     pub fn finish_reply(
         &self,
         reply: ReplyId,
@@ -121,8 +149,12 @@ impl Store {
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
-        finish_in(&tx, reply, state, text, reason).map_err(|e| self.err(e))?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let finished =
+            finish_in(&tx, reply, owner(), state, text, reason).map_err(|e| self.err(e))?;
+        fenced(reply, usize::from(finished))?;
         tx.commit().map_err(|e| self.err(e))
     }
 
@@ -168,23 +200,7 @@ impl Store {
 
     /// Whether a live reply of this chat is owned by a process other than this one that still runs.
     pub fn live_elsewhere(&self, chat: ChatId) -> Result<bool, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT owner_pid, lease_until FROM replies
-                 WHERE chat_id = ?1 AND state IN ('waiting', 'running') AND owner IS NOT ?2",
-            )
-            .map_err(|e| self.err(e))?;
-        let owners = stmt
-            .query_map(params![chat.0, owner()], |r| {
-                Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))?;
-        let now = now_ms();
-        Ok(owners
-            .into_iter()
-            .any(|(pid, lease)| lease.unwrap_or(0) >= now && pid.is_some_and(process_alive)))
+        live_elsewhere(&self.lock(), chat).map_err(|e| self.err(e))
     }
 
     /// Marks replies left running or waiting by a process that is gone (or whose lease ran out) as
@@ -196,14 +212,17 @@ impl Store {
         if orphans(&conn).map_err(|e| self.err(e))?.is_empty() {
             return Ok(0);
         }
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
         let orphans = orphans(&tx).map_err(|e| self.err(e))?;
-        for (id, text) in &orphans {
+        for orphan in &orphans {
             finish_in(
                 &tx,
-                *id,
+                orphan.id,
+                &orphan.owner,
                 ReplyState::Interrupted,
-                text,
+                &orphan.text,
                 Some("Jarvis closed before the reply was finished"),
             )
             .map_err(|e| self.err(e))?;
@@ -214,27 +233,49 @@ impl Store {
     }
 }
 
-/// Live replies of other processes that are gone or whose lease ran out, with their text.
-fn orphans(conn: &Connection) -> rusqlite::Result<Vec<(ReplyId, String)>> {
+/// Whether a live reply of `chat` belongs to another process that still runs.
+pub(super) fn live_elsewhere(conn: &Connection, chat: ChatId) -> rusqlite::Result<bool> {
+    Ok(others_live(conn, Some(chat))?
+        .iter()
+        .any(|r| owner_alive(&r.owner, r.pid, r.lease)))
+}
+
+/// A live reply of another owner, as `others_live` reads it.
+struct Theirs {
+    id: ReplyId,
+    text: String,
+    owner: String,
+    pid: Option<i64>,
+    lease: Option<i64>,
+}
+
+/// The live replies (of `chat`, or of all chats) that other owners hold.
+fn others_live(conn: &Connection, chat: Option<ChatId>) -> rusqlite::Result<Vec<Theirs>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, text, owner_pid, lease_until FROM replies
-         WHERE state IN ('waiting', 'running') AND owner IS NOT ?1",
+        "SELECT id, text, coalesce(owner, ''), owner_pid, lease_until FROM replies
+         WHERE state IN ('waiting', 'running') AND owner IS NOT ?1
+           AND (?2 IS NULL OR chat_id = ?2)",
     )?;
-    let now = now_ms();
     let rows = stmt
-        .query_map([owner()], |r| {
-            Ok((
-                ReplyId(r.get(0)?),
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, Option<i64>>(3)?,
-            ))
+        .query_map(params![owner(), chat.map(|c| c.0)], |r| {
+            Ok(Theirs {
+                id: ReplyId(r.get(0)?),
+                text: r.get(1)?,
+                owner: r.get(2)?,
+                pid: r.get(3)?,
+                lease: r.get(4)?,
+            })
         })?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(rows
+        .collect();
+    rows
+}
+
+/// Live replies of other owners that are gone, with their owner and text. A reply whose owner
+/// still runs is never taken, however late its lease (a long compaction, a laptop waking up).
+fn orphans(conn: &Connection) -> rusqlite::Result<Vec<Theirs>> {
+    Ok(others_live(conn, None)?
         .into_iter()
-        .filter(|(_, _, pid, lease)| lease.unwrap_or(0) < now || !pid.is_some_and(process_alive))
-        .map(|(id, text, _, _)| (id, text))
+        .filter(|r| !owner_alive(&r.owner, r.pid, r.lease))
         .collect())
 }
 
@@ -271,27 +312,48 @@ fn insert_reply(
     })
 }
 
+/// Ends `reply` if `owner` still holds it live; false (nothing written) when it does not.
 fn finish_in(
     conn: &Connection,
     reply: ReplyId,
+    owner: &str,
     state: ReplyState,
     text: &str,
     reason: Option<&str>,
-) -> rusqlite::Result<()> {
-    let chat: i64 = conn.query_row(
-        "SELECT chat_id FROM replies WHERE id = ?1",
-        [reply.0],
-        |r| r.get(0),
-    )?;
-    conn.execute(
-        "UPDATE replies SET state = ?2, text = ?3, reason = ?4, ended_at = ?5, lease_until = NULL
-         WHERE id = ?1",
-        params![reply.0, state.as_str(), text, reason, now_ms()],
-    )?;
+) -> rusqlite::Result<bool> {
+    let chat: Option<i64> = conn
+        .query_row(
+            &format!(
+                "UPDATE replies SET state = ?3, text = ?4, reason = ?5, ended_at = ?6, lease_until = NULL
+                 WHERE {OURS} RETURNING chat_id"
+            ),
+            params![reply.0, owner, state.as_str(), text, reason, now_ms()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(chat) = chat else {
+        return Ok(false);
+    };
     if !text.is_empty() {
         insert_record(conn, ChatId(chat), Role::Assistant, text, Some(reply))?;
     }
-    Ok(())
+    Ok(true)
+}
+
+/// The fence on every write of a reply's progress: it is still live and still `?2`'s.
+const OURS: &str = "id = ?1 AND owner IS ?2 AND state IN ('waiting', 'running')";
+
+fn lease_from_now() -> i64 {
+    now_ms() + LEASE.as_millis() as i64
+}
+
+/// `Ok` when the fenced write changed the reply, else [`StoreError::NotOurs`].
+fn fenced(reply: ReplyId, changed: usize) -> Result<(), StoreError> {
+    if changed == 0 {
+        Err(StoreError::NotOurs(reply))
+    } else {
+        Ok(())
+    }
 }
 
 fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
@@ -311,10 +373,46 @@ fn reply_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Reply> {
 const REPLY_COLUMNS: &str =
     "id, chat_id, question_id, state, text, reason, started_at, ended_at, heard";
 
-/// This process's identity as a reply owner: its pid and a token unique to this run.
+/// This process's identity as a reply owner: `pid.start:token` — its pid, when it started
+/// (Linux: clock ticks after boot, so a pid handed to a later process does not pass for it) and
+/// a token unique to this run.
 pub fn owner() -> &'static str {
     static OWNER: OnceLock<String> = OnceLock::new();
-    OWNER.get_or_init(|| format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple()))
+    OWNER.get_or_init(|| {
+        let me = std::process::id();
+        format!(
+            "{}:{}",
+            process_identity(me).unwrap_or_else(|| me.to_string()),
+            uuid::Uuid::new_v4().simple()
+        )
+    })
+}
+
+/// `pid.start` for a running process whose start time can be read, else `None`.
+fn process_identity(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: comm may hold spaces and parentheses; field 22 is the start.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let start = after_comm.split_whitespace().nth(19)?;
+    Some(format!("{pid}.{start}"))
+}
+
+/// Whether the process that owns a reply still runs. An owner written with its start time is
+/// alive while a process of that pid and start time runs; one written without it (by an older
+/// Jarvis) while its pid runs and its lease holds.
+fn owner_alive(owner: &str, pid: Option<i64>, lease: Option<i64>) -> bool {
+    let Some(pid) = pid.filter(|&p| process_alive(p)) else {
+        return false;
+    };
+    let written = owner.split(':').next().unwrap_or_default();
+    if !written.contains('.') {
+        return lease.unwrap_or(0) >= now_ms();
+    }
+    u32::try_from(pid)
+        .ok()
+        .and_then(process_identity)
+        // Where /proc cannot be read, the pid alone says it.
+        .is_none_or(|now| now == written)
 }
 
 fn process_alive(pid: i64) -> bool {
