@@ -61,7 +61,10 @@ fn backend(stub: &Stub, dir: &std::path::Path) -> (Config, Arc<dyn Backend>) {
 }
 
 async fn bare(stub: &Stub, backend: &Arc<dyn Backend>) -> Round {
-    stub.push(Script::Numbered { count: DELTAS });
+    stub.push(Script::Numbered {
+        count: DELTAS,
+        pace_ms: 0,
+    });
     let before = stub.write_times().len();
     let request = Request {
         system: String::new(),
@@ -82,7 +85,10 @@ async fn bare(stub: &Stub, backend: &Arc<dyn Backend>) -> Round {
 }
 
 async fn through_service(stub: &Stub, service: &Service) -> Round {
-    stub.push(Script::Numbered { count: DELTAS });
+    stub.push(Script::Numbered {
+        count: DELTAS,
+        pace_ms: 0,
+    });
     let before = stub.write_times().len();
     let chat = service.new_chat(None).await.expect("chat").id;
     let mut attachment = service.attach(chat).await.expect("attach");

@@ -268,7 +268,8 @@ impl Default for RetrySettings {
 pub struct ReplySettings {
     /// How many replies a remote backend writes at once (the local one: always one).
     pub max_concurrent: usize,
-    /// Progress is stored at each sentence end or after this many milliseconds.
+    /// Progress is stored at each sentence end or after this many milliseconds (200: a crash
+    /// loses at most a quarter second of a reply, the kill soak's bound, with room for the write).
     pub progress_ms: u64,
     /// How long a locked database is waited for.
     pub busy_timeout_ms: u64,
@@ -284,7 +285,7 @@ impl Default for ReplySettings {
     fn default() -> Self {
         ReplySettings {
             max_concurrent: 4,
-            progress_ms: 250,
+            progress_ms: 200,
             busy_timeout_ms: 5000,
             context_tokens: 0,
             max_chars: 200_000,

@@ -132,6 +132,9 @@ pub enum Script {
     Numbered {
         /// How many deltas.
         count: usize,
+        /// Pause before each delta, in milliseconds (the kill soak's reply is paced).
+        #[serde(default)]
+        pace_ms: u64,
     },
 }
 
@@ -162,7 +165,10 @@ impl Script {
 
     /// Sets the pause before each delta.
     pub fn paced(mut self, pause: Duration) -> Self {
-        if let Script::Stream { pace_ms, .. } | Script::Echo { pace_ms, .. } = &mut self {
+        if let Script::Stream { pace_ms, .. }
+        | Script::Echo { pace_ms, .. }
+        | Script::Numbered { pace_ms, .. } = &mut self
+        {
             *pace_ms = pause.as_millis() as u64;
         }
         self
@@ -553,9 +559,9 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
             delta_chars,
             false,
         ),
-        Script::Numbered { count } => (
+        Script::Numbered { count, pace_ms } => (
             (0..count).map(|i| i.to_string()).collect(),
-            Duration::ZERO,
+            Duration::from_millis(pace_ms),
             Vec::new(),
             None,
             Ending::Complete,
