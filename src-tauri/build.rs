@@ -1,6 +1,9 @@
 // The app's config lives at the repository root (DESIGN.md §2). Each command listed here gets an
 // `allow-…` permission, and each window's capability grants only those it uses.
 const COMMANDS: &[&str] = &[
+    "startup_problem",
+    "move_database_aside",
+    "quit_app",
     "app_info",
     "list_chats",
     "new_chat",

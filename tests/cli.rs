@@ -694,3 +694,32 @@ async fn a_second_jarvis_started_during_a_reply_whose_lease_ran_out_leaves_it_to
         .collect();
     assert_eq!(answers.len(), 1, "one reply, one record: {answers:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_runs_integrity_check_and_names_a_damaged_database() {
+    let dir = Dir::new();
+    {
+        let store = dir.store();
+        let chat = store.create_chat("long").unwrap();
+        let text = "a line of an ordinary chat, long enough to fill pages. ".repeat(20);
+        for _ in 0..300 {
+            store
+                .append_record(chat.id, jarvis::store::Role::User, &text, None)
+                .unwrap();
+        }
+    }
+    let (code, report, _) = output(jarvis(&dir).arg("doctor")).await;
+    assert!(report.contains("integrity_check ok"), "{code}: {report}");
+
+    // Damage pages in the middle of the file, where the records' text lives.
+    let db = dir.path().join("jarvis.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + 16 * 4096] {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let (code, report, _) = output(jarvis(&dir).arg("doctor")).await;
+    assert_ne!(code, 0, "{report}");
+    assert!(report.contains("damaged"), "{report}");
+}

@@ -6,7 +6,7 @@ use jarvis::config::{BackendKind, ListenMode, SpeechModel, Theme};
 use jarvis::service::{
     Activity, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
 };
-use jarvis::session::{AppInfo, Asked, Endpoint, SettingsForm, SettingsView};
+use jarvis::session::{AppInfo, Asked, Endpoint, SettingsForm, SettingsView, StartupProblem};
 use jarvis::store::{Chat, Fact, Record, RecordId, Role, Summary};
 use jarvis::voice::device::Microphones;
 use jarvis::voice::pipeline::Levels;
@@ -126,6 +126,7 @@ fn generated() -> String {
     declare::<BackendKind>(&cfg, out);
     declare::<Theme>(&cfg, out);
     declare::<SpeechModel>(&cfg, out);
+    declare::<StartupProblem>(&cfg, out);
     declare::<AppInfo>(&cfg, out);
     declare::<Endpoint>(&cfg, out);
     declare::<SettingsView>(&cfg, out);

@@ -386,3 +386,67 @@ async fn moving_a_keyed_backend_to_another_host_asks_for_its_key_again() {
     form.base_url = Some(format!("{}/", rig.stub.anthropic_url()));
     rig.session.apply(form).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_jarvis_cannot_use_is_named_and_moved_aside_keeping_every_byte() {
+    use jarvis::session::{move_database_aside, StartupProblem};
+    let dir = Dir::new();
+    let db = dir.path().join("jarvis.db");
+    let garbage = "these bytes were never a database; ".repeat(200);
+    std::fs::write(&db, &garbage).unwrap();
+    let err = Session::open(env_for(&dir), Maker::default().parts())
+        .err()
+        .expect("a damaged database is refused");
+    assert_eq!(std::fs::read_to_string(&db).unwrap(), garbage, "left alone");
+    let problem = StartupProblem::of(&err).expect("a database problem");
+    assert!(problem.reason.contains("is damaged"), "{problem:?}");
+    assert!(problem.reason.contains("jarvis.db"), "{problem:?}");
+    assert!(problem.can_move_aside);
+    assert!(problem.advice.contains("Move it aside"), "{problem:?}");
+
+    // Its log goes with it (were it left, SQLite would replay it into the next database).
+    std::fs::write(dir.path().join("jarvis.db-wal"), "a log").unwrap();
+    let aside = move_database_aside(&db).unwrap();
+    assert_eq!(std::fs::read_to_string(&aside).unwrap(), garbage);
+    assert_eq!(
+        std::fs::read_to_string(format!("{}-wal", aside.display())).unwrap(),
+        "a log"
+    );
+    assert!(!dir.path().join("jarvis.db-wal").exists());
+    let session = Session::open(env_for(&dir), Maker::default().parts()).unwrap();
+    assert!(session.service().chats().await.unwrap().is_empty());
+    drop(session);
+
+    // A database from a newer Jarvis: update, or move aside.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.pragma_update(None, "user_version", 999).unwrap();
+    drop(conn);
+    let err = Session::open(env_for(&dir), Maker::default().parts())
+        .err()
+        .unwrap();
+    let problem = StartupProblem::of(&err).unwrap();
+    assert!(problem.reason.contains("newer"), "{problem:?}");
+    assert!(problem.advice.starts_with("Update Jarvis"), "{problem:?}");
+    assert!(problem.can_move_aside);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_directory_that_cannot_be_made_says_so_and_offers_no_move() {
+    use jarvis::session::StartupProblem;
+    let dir = Dir::new();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let data = file.join("data");
+    let config = dir.path().join("settings.toml");
+    let env: Env = Arc::new(move |name: &str| match name {
+        "JARVIS_KEYRING" => Some("off".into()),
+        "JARVIS_CONFIG" => Some(config.display().to_string()),
+        "JARVIS_DATA_DIR" => Some(data.display().to_string()),
+        _ => None,
+    });
+    let err = Session::open(env, Maker::default().parts()).err().unwrap();
+    let problem = StartupProblem::of(&err).expect("a database problem");
+    assert!(problem.reason.contains("data directory"), "{problem:?}");
+    assert!(!problem.can_move_aside);
+    assert!(problem.advice.contains("JARVIS_DATA_DIR"), "{problem:?}");
+}

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use jarvis::session::{self, Session};
 use tauri::Manager;
 
-use crate::state::AppState;
+use crate::state::{AppState, Startup};
 use crate::tray::Action;
 
 /// Runs the app; `keys` are the API keys taken out of the environment at start.
@@ -25,9 +25,17 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
 
     crate::milestone_at("process start");
     // The service runs on Tauri's own tokio runtime, like every command.
-    let session = tauri::async_runtime::block_on(async {
+    let opened = tauri::async_runtime::block_on(async {
         Session::open(session::process_env_with(keys), session::device_parts())
-    })?;
+    });
+    let session = match opened {
+        Ok(session) => session,
+        Err(err) => match session::StartupProblem::of(&err) {
+            // An unusable database: the chat window says why and offers the way out.
+            Some(problem) => return unusable_database(problem),
+            None => return Err(err.into()),
+        },
+    };
     let state = AppState::new(session);
 
     crate::milestone_at("service started");
@@ -37,18 +45,7 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
             let action = Action::from_args(&args).unwrap_or(Action::ShowChat);
             crate::tray::perform(app, action);
         }))
-        // No page may navigate away from the app's own pages (a link goes to the system browser).
-        .plugin(
-            tauri::plugin::Builder::<tauri::Wry>::new("navigation-guard")
-                .on_navigation(|_webview, url| {
-                    let own = url.scheme() == "tauri" || url.host_str() == Some("tauri.localhost");
-                    if !own {
-                        tracing::warn!("blocked a navigation away from the app");
-                    }
-                    own
-                })
-                .build(),
-        )
+        .plugin(navigation_guard())
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
         .plugin(crate::shortcut::plugin())
@@ -62,6 +59,7 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
                 .build(),
         )
         .manage(state)
+        .manage(Startup(None))
         .invoke_handler(crate::commands::handler())
         .on_page_load(|webview, payload| {
             match payload.event() {
@@ -100,4 +98,39 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
             let _ = app;
         });
     Ok(())
+}
+
+/// The app when its database cannot be used: the chat window alone, showing the reason and the
+/// way out (move the file aside, keeping it, and start again; or quit). No service, tray, orb or
+/// shortcut: nothing else can work without the chats. A second start brings this window up.
+fn unusable_database(problem: session::StartupProblem) -> anyhow::Result<()> {
+    tracing::error!("{}", problem.reason);
+    tauri::Builder::default()
+        .plugin(tauri_plugin_single_instance::init(|app, _args, _cwd| {
+            if let Some(window) = app.get_webview_window(crate::windows::CHAT) {
+                let _ = window.show();
+                let _ = window.set_focus();
+            }
+        }))
+        .plugin(navigation_guard())
+        .manage(Startup(Some(problem)))
+        .invoke_handler(crate::commands::handler())
+        .build(tauri::generate_context!("../tauri.conf.json"))
+        .context("cannot start the desktop app")?
+        // Closing the window ends it: there is no tray to stay in.
+        .run(|_, _| {});
+    Ok(())
+}
+
+/// No page may navigate away from the app's own pages (a link goes to the system browser).
+fn navigation_guard() -> tauri::plugin::TauriPlugin<tauri::Wry> {
+    tauri::plugin::Builder::<tauri::Wry>::new("navigation-guard")
+        .on_navigation(|_webview, url| {
+            let own = url.scheme() == "tauri" || url.host_str() == Some("tauri.localhost");
+            if !own {
+                tracing::warn!("blocked a navigation away from the app");
+            }
+            own
+        })
+        .build()
 }

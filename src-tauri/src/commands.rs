@@ -2,14 +2,14 @@
 //! attach commands start a forwarding task that ends when the window detaches.
 
 use jarvis::service::{Activity, ListenMode, VoiceTicket, VoiceUpdate};
-use jarvis::session::{AppInfo, Asked, SettingsForm, SettingsView};
+use jarvis::session::{AppInfo, Asked, SettingsForm, SettingsView, StartupProblem};
 use jarvis::store::{Chat, Record};
 use jarvis::{ChatId, Event, ReplyId};
 use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Emitter, Manager, State, WebviewWindow};
 
-use crate::state::AppState;
+use crate::state::{AppState, Startup};
 use crate::windows::{self, CHAT, ORB};
 
 /// What a page sees of a failed command: the message, whole.
@@ -31,6 +31,9 @@ type Res<T> = Result<T, CmdError>;
 
 pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static {
     tauri::generate_handler![
+        startup_problem,
+        move_database_aside,
+        quit_app,
         app_info,
         list_chats,
         new_chat,
@@ -70,6 +73,34 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         set_earlier_conversations,
         chat_request,
     ]
+}
+
+/// Why Jarvis could not open its chats at start; `None` when it did. The chat page asks first.
+#[tauri::command]
+fn startup_problem(startup: State<'_, Startup>) -> Option<StartupProblem> {
+    startup.0.clone()
+}
+
+/// Moves the unusable database aside (kept, renamed) and starts Jarvis again on a fresh one.
+#[tauri::command]
+fn move_database_aside(app: AppHandle, startup: State<'_, Startup>) -> Res<()> {
+    let Some(problem) = startup.0.as_ref().filter(|p| p.can_move_aside) else {
+        return Err(anyhow::anyhow!("there is no database to move aside").into());
+    };
+    let aside = jarvis::session::move_database_aside(std::path::Path::new(&problem.database))
+        .map_err(|e| anyhow::anyhow!("cannot move {} aside: {e}", problem.database))?;
+    eprintln!(
+        "jarvis-desktop: moved {} aside to {}; starting again",
+        problem.database,
+        aside.display()
+    );
+    app.restart()
+}
+
+/// Ends the app (the chat window's way out when the database cannot be used).
+#[tauri::command]
+fn quit_app(app: AppHandle) {
+    app.exit(0);
 }
 
 #[tauri::command]

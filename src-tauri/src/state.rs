@@ -8,6 +8,10 @@ use jarvis::session::Session;
 use jarvis::Service;
 use tauri::async_runtime::JoinHandle;
 
+/// Why the database could not be opened at start, when it could not (the app then runs with this
+/// state alone: the chat window shows the reason and the way out).
+pub struct Startup(pub Option<jarvis::session::StartupProblem>);
+
 /// The app's state, managed by Tauri.
 pub struct AppState {
     /// Settings, service and voice.

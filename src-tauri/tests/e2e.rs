@@ -967,3 +967,76 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     assert!(saved.contains("wake_threshold = 0.6"), "{saved}");
     app.quit().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_damaged_database_opens_the_chat_window_with_the_reason_and_moving_it_aside_starts_afresh(
+) {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    let db = data.path().join("data").join("jarvis.db");
+    let garbage = "not a database, whatever it once was. ".repeat(300);
+    std::fs::write(&db, &garbage).unwrap();
+
+    // Quit is a way out that leaves the file as it is.
+    let app = App::start_chat_only(&stub, &data).await;
+    app.chat_window().await;
+    app.wait_for("the reason", |app| async move {
+        app.visible("#startup-problem").await.then_some(())
+    })
+    .await;
+    assert!(!app.visible("#app").await, "no chats are offered");
+    let reason = app.text("#startup-reason").await;
+    assert!(
+        reason.contains("is damaged") && reason.contains(&db.display().to_string()),
+        "{reason}"
+    );
+    assert!(app.text("#startup-advice").await.contains("Move it aside"));
+    assert!(!window_mapped("Jarvis orb"), "no orb without the chats");
+    app.screenshots("damaged-database").await;
+    // (Clicked from the page after the call returns: the app is gone before a WebDriver click
+    // could answer.)
+    app.eval("setTimeout(() => document.getElementById('quit-app').click(), 100); return true")
+        .await;
+    let quit = std::time::Instant::now();
+    while App::running() && quit.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!App::running(), "Quit ends the app");
+    assert_eq!(std::fs::read_to_string(&db).unwrap(), garbage);
+    app.quit().await;
+
+    // Moving it aside keeps it and starts Jarvis again on a fresh database.
+    let app = App::start_chat_only(&stub, &data).await;
+    app.chat_window().await;
+    app.wait_for("the way out", |app| async move {
+        app.visible("#move-aside").await.then_some(())
+    })
+    .await;
+    app.eval("setTimeout(() => document.getElementById('move-aside').click(), 100); return true")
+        .await;
+    let moved = std::time::Instant::now();
+    let aside = loop {
+        let found = std::fs::read_dir(data.path().join("data"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("jarvis.db.unusable-"));
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(moved.elapsed() < LIMIT, "the file was not moved aside");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(std::fs::read_to_string(&aside).unwrap(), garbage);
+    // The app started again: its chats open (a fresh database) and its orb comes up.
+    while !window_mapped("Jarvis orb") {
+        assert!(moved.elapsed() < LIMIT, "the app did not start again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fresh = data.store();
+    assert!(fresh.chats().unwrap().is_empty());
+    assert_eq!(fresh.integrity_check().unwrap(), "ok");
+    app.quit().await;
+}

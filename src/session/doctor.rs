@@ -67,15 +67,29 @@ pub async fn diagnose(config: &Config, env: &(dyn Fn(&str) -> Option<String> + S
 
 fn database(config: &Config, report: &mut Report) {
     let busy = Duration::from_millis(config.settings.replies.busy_timeout_ms);
-    let opened = Store::open(&config.database_path(), busy).and_then(|st| st.schema_version());
+    let opened = Store::open(&config.database_path(), busy)
+        .and_then(|st| Ok((st.schema_version()?, st.integrity_check()?)));
     match opened {
-        Ok(version) => report.found(
+        Ok((version, integrity)) if integrity == "ok" => report.found(
             "database",
             format!(
-                "{} (schema version {version})",
+                "{} (schema version {version}, integrity_check ok)",
                 config.database_path().display()
             ),
         ),
+        Ok((_, integrity)) => {
+            let first = integrity.lines().next().unwrap_or_default();
+            report.found(
+                "database",
+                format!(
+                    "{} is damaged: integrity_check says {first:?}",
+                    config.database_path().display()
+                ),
+            );
+            report.must(
+                "the database is damaged: quit Jarvis and restore a backup, or move the file                  aside (keep it) to start afresh",
+            );
+        }
         Err(err) => {
             report.found("database", err.to_string());
             report.must("the database cannot be opened (see above)");

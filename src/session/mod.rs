@@ -4,6 +4,7 @@
 
 pub mod doctor;
 pub mod settings;
+pub mod startup;
 pub mod voice;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +20,7 @@ use crate::service::{blocking, Service, ServiceError, ServiceOptions};
 use crate::store::{ChatId, Store, StoreError};
 
 pub use settings::{AppInfo, Applied, Asked, Endpoint, SettingsForm, SettingsView};
+pub use startup::{move_database_aside, StartupProblem};
 pub use voice::{device_parts, PartsMaker, VoiceSupervisor};
 
 /// The environment as the session reads it (the real one, or a test's).

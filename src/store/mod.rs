@@ -92,6 +92,14 @@ pub enum StoreError {
     /// An empty fact.
     #[error("a fact cannot be empty")]
     EmptyFact,
+    /// The file is not a database SQLite can read, or it is damaged.
+    #[error("the database {path} is damaged ({detail})")]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's words.
+        detail: String,
+    },
     /// The reply is no longer this process's to write: another Jarvis took it as abandoned and
     /// ended it (its text as it stood then is kept).
     #[error("reply {0} was ended by another Jarvis; nothing more is written to it")]
@@ -473,6 +481,12 @@ impl Store {
                 path: self.path.to_path_buf(),
                 waited_ms: self.busy.as_millis() as u64,
             },
+            Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
+                StoreError::Damaged {
+                    path: self.path.to_path_buf(),
+                    detail: source.to_string(),
+                }
+            }
             _ => StoreError::Sqlite {
                 path: self.path.to_path_buf(),
                 source,

@@ -15,6 +15,7 @@ import type {
   ReplyEvent,
   SettingsForm,
   SettingsView,
+  StartupProblem,
   Summary,
   Theme,
   VoiceTicket,
@@ -22,6 +23,9 @@ import type {
 } from "./types";
 
 export const api = {
+  startupProblem: () => invoke<StartupProblem | null>("startup_problem"),
+  moveDatabaseAside: () => invoke<void>("move_database_aside"),
+  quitApp: () => invoke<void>("quit_app"),
   appInfo: () => invoke<AppInfo>("app_info"),
   listChats: () => invoke<Chat[]>("list_chats"),
   newChat: () => invoke<Chat>("new_chat"),

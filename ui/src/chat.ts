@@ -18,6 +18,7 @@ import { showReply, whenMarkdown } from "./lazyMarkdown";
 import { linkTarget } from "./links";
 import { wireMemory, wireRequestView } from "./memoryPanel";
 import { openSettings, wireSettings } from "./settingsForm";
+import { showStartupProblem } from "./startupProblem";
 import { applyTheme } from "./theme";
 import type { Activity, Chat, ReplyEvent } from "./types";
 
@@ -40,6 +41,11 @@ const note = byId("composer-note");
 const problem = byId("problem");
 
 async function init(): Promise<void> {
+  const unusable = await api.startupProblem();
+  if (unusable) {
+    showStartupProblem(unusable);
+    return;
+  }
   document.addEventListener("click", (e) => {
     const url = linkTarget(e.target);
     if (url) {

@@ -227,6 +227,18 @@ export type Theme = "system" | "light" | "dark";
 /** The speech-to-text model. */
 export type SpeechModel = "tiny_en" | "base";
 
+/** Why Jarvis cannot open its chats, as the chat window shows it. */
+export type StartupProblem = {
+  /** What is wrong, in a sentence. */
+  reason: string,
+  /** What the user can do about it. */
+  advice: string,
+  /** The database file. */
+  database: string,
+  /** Whether moving the file aside (keeping it) would let Jarvis start afresh. */
+  can_move_aside: boolean,
+};
+
 /** What the pages show of the app at start: the backend that answers and what is wrong, if anything. */
 export type AppInfo = {
   /** The backend that answers. */

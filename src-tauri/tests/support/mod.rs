@@ -223,7 +223,22 @@ fn app_running() -> bool {
 }
 
 impl App {
+    /// Starts the app and waits for both its windows (the orb comes once the chats are usable).
     pub async fn start(stub: &Stub, data: &Data) -> App {
+        App::start_with(stub, data, true).await
+    }
+
+    /// Starts the app and waits for its chat window only (as when it cannot open its chats).
+    pub async fn start_chat_only(stub: &Stub, data: &Data) -> App {
+        App::start_with(stub, data, false).await
+    }
+
+    /// Whether a `jarvis-desktop` process runs.
+    pub fn running() -> bool {
+        app_running()
+    }
+
+    async fn start_with(stub: &Stub, data: &Data, orb: bool) -> App {
         assert!(
             std::env::var_os("DISPLAY").is_some(),
             "no display: run these tests with scripts/e2e"
@@ -274,9 +289,14 @@ impl App {
             shots,
         };
         // The orb is made once the chat window is ready: wait for both.
-        app.wait_for("both windows", |p| async move {
+        app.wait_for("the app's windows", |p| async move {
             let handles = bounded(p.client.windows()).await.unwrap_or_default();
-            (handles.len() >= 2 && !x_windows("Jarvis orb", true).is_empty()).then_some(())
+            let shown = if orb {
+                handles.len() >= 2 && !x_windows("Jarvis orb", true).is_empty()
+            } else {
+                !handles.is_empty() && !x_windows("Jarvis", true).is_empty()
+            };
+            shown.then_some(())
         })
         .await;
         app
