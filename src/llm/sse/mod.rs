@@ -173,24 +173,26 @@ async fn send(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after_secs(v, std::time::SystemTime::now()));
     let body = error_body(response).await;
-    let message = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| {
-            if body.trim().is_empty() {
-                status.canonical_reason().unwrap_or("error").to_string()
-            } else {
-                body.clone()
-            }
-        });
+    let message = error_message(&body).unwrap_or_else(|| {
+        if body.trim().is_empty() {
+            status.canonical_reason().unwrap_or("error").to_string()
+        } else {
+            body.clone()
+        }
+    });
     Err(LlmError::Status {
         status: status.as_u16(),
         message: capped(message.trim()),
         retry_after,
+    })
+}
+
+/// The `error.message` of a JSON body, as both providers (and most compatible servers) send it.
+fn error_message(body: &str) -> Option<String> {
+    serde_json::from_str::<Value>(body).ok().and_then(|v| {
+        v.pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
     })
 }
 
@@ -212,14 +214,7 @@ async fn event_stream(response: reqwest::Response) -> Result<reqwest::Response, 
         return Ok(response);
     }
     let body = error_body(response).await;
-    let excerpt = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .unwrap_or(body);
+    let excerpt = error_message(&body).unwrap_or(body);
     let excerpt = excerpt.trim();
     Err(LlmError::NotAStream {
         content_type: capped(&essence),
