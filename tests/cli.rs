@@ -16,6 +16,21 @@ fn at_stub(cmd: &mut tokio::process::Command, stub: &Stub) {
         .env("OPENAI_API_KEY", "sk-test-key");
 }
 
+/// Reads a command's output until it holds `needle` (the reply is under way); returns what came.
+async fn read_until(stdout: &mut tokio::process::ChildStdout, needle: &str) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the reply ended too early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ask_streams_the_reply_and_another_process_shows_it() {
     let stub = Stub::start().await.unwrap();
@@ -115,16 +130,7 @@ async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
-    while !String::from_utf8_lossy(&seen).contains("Second") {
-        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "the reply ended too early");
-        seen.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut stdout, "Second").await;
     // Give the first sentence's progress write time to land, then SIGKILL.
     tokio::time::sleep(Duration::from_millis(150)).await;
     child.start_kill().unwrap();
@@ -662,16 +668,7 @@ async fn a_second_jarvis_started_during_a_reply_whose_lease_ran_out_leaves_it_to
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
-    while !String::from_utf8_lossy(&seen).contains("slow answer") {
-        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "the reply ended too early");
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let mut seen = read_until(&mut stdout, "slow answer").await;
     // Another Jarvis starts (every command opens the store and looks for abandoned replies).
     let (code, chats, stderr) = output(jarvis(&dir).arg("chats")).await;
     assert_eq!(code, 0, "{stderr}");
