@@ -125,6 +125,49 @@ async fn a_fact_remembered_in_one_chat_is_in_the_next_chats_profile_openai() {
     remember_then_recall(BackendKind::Openai).await;
 }
 
+/// A tool call whose arguments are cut short (or not an object) is not run: the model is told
+/// its arguments were not JSON, and the reply goes on.
+async fn bad_arguments(kind: BackendKind) {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call(
+        "call_1",
+        "remember_fact",
+        r#"{"fact": "The user's dog is called Bru"#,
+    ));
+    stub.push(Script::text("").tool_call("call_2", "forget_fact", r#"["Bruno"]"#));
+    stub.push(Script::text("Sorry, I could not store that."));
+    let dir = Dir::new();
+    let service = service(&dir, settings(kind, &stub));
+
+    let (_, events) = ask(&service, None, "Remember that my dog is called Bruno.").await;
+    assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
+    assert_eq!(text_of(&events), "Sorry, I could not store that.");
+    assert!(dir.store().facts().unwrap().is_empty(), "nothing stored");
+    let received = stub.received();
+    assert_eq!(received.len(), 3, "each result went back to the model");
+    for (request, tool, why) in [
+        (&received[1], "remember_fact", "EOF while parsing"),
+        (&received[2], "forget_fact", "not a JSON object"),
+    ] {
+        let results = tool_results(&request.body);
+        let last = results.last().unwrap();
+        assert!(
+            last.contains(&format!("{tool} was not run: its arguments")) && last.contains(why),
+            "the model is told why: {last}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_whose_arguments_are_not_json_is_not_run_and_the_model_is_told_anthropic() {
+    bad_arguments(BackendKind::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_whose_arguments_are_not_json_is_not_run_and_the_model_is_told_openai() {
+    bad_arguments(BackendKind::Openai).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn forget_asks_first_and_only_the_models_confirmation_after_a_real_yes_deletes() {
     let stub = Stub::start().await.unwrap();

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Event, ReplyLog, WAITING_MESSAGE};
 use super::{blocking, Command, ServiceOptions};
-use crate::llm::{self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall};
+use crate::llm::{
+    self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall, ToolResult,
+};
 use crate::memory;
 use crate::store::{ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE};
 
@@ -301,7 +303,7 @@ impl ReplyJob {
                     break;
                 }
                 Round::Calls { text: said, calls } => {
-                    for call in &calls {
+                    for (call, _) in &calls {
                         self.log.push(Event::Action {
                             reply: self.reply,
                             tool: call.name.clone(),
@@ -312,7 +314,18 @@ impl ReplyJob {
                     let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
                     let results = match tokio::task::spawn_blocking(move || {
                         run.iter()
-                            .map(|call| memory::run(&store, chat, call))
+                            .map(|(call, arguments)| match arguments {
+                                Ok(()) => memory::run(&store, chat, call),
+                                Err(why) => ToolResult {
+                                    id: call.id.clone(),
+                                    content: format!(
+                                        "{} was not run: its arguments were {why}. Call it again \
+                                         with a JSON object that matches its schema.",
+                                        call.name
+                                    ),
+                                    is_error: true,
+                                },
+                            })
                             .collect::<Vec<_>>()
                     })
                     .await
@@ -325,7 +338,7 @@ impl ReplyJob {
                     };
                     tracing::debug!(round, calls = calls.len(), "tool round");
                     let mut asked = Message::text(MessageRole::Assistant, said);
-                    asked.tool_calls = calls;
+                    asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     let mut answered = Message::text(MessageRole::User, "");
                     answered.tool_results = results;
                     request.messages.push(asked);
@@ -474,10 +487,14 @@ impl ReplyJob {
                     None if !calls.is_empty() => {
                         let calls = calls
                             .into_values()
-                            .map(|(id, name, args)| ToolCall {
-                                id,
-                                name,
-                                arguments: serde_json::from_str(&args).unwrap_or_else(|_| serde_json::json!({})),
+                            .map(|(id, name, args)| {
+                                let parsed = arguments_of(&args);
+                                let call = ToolCall {
+                                    id,
+                                    name,
+                                    arguments: parsed.clone().unwrap_or_else(|_| serde_json::json!({})),
+                                };
+                                (call, parsed.map(drop))
                             })
                             .collect();
                         return Round::Calls { text: said, calls };
@@ -575,7 +592,34 @@ const MAX_ROUNDS: usize = 8;
 /// How a round ended.
 enum Round {
     Ended(Outcome),
-    Calls { text: String, calls: Vec<ToolCall> },
+    /// The tools the model called, each with whether its arguments are a JSON object.
+    Calls {
+        text: String,
+        calls: Vec<(ToolCall, Result<(), String>)>,
+    },
+}
+
+/// A call's arguments as the model streamed them: a JSON object (none at all is an empty one),
+/// or what they are instead.
+fn arguments_of(raw: &str) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    if raw.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(object @ Value::Object(_)) => Ok(object),
+        Ok(other) => Err(format!(
+            "not a JSON object but {}",
+            match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        )),
+        Err(err) => Err(format!("not valid JSON ({err})")),
+    }
 }
 
 /// The reply's text on its way to the store.
