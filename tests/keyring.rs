@@ -6,52 +6,25 @@ mod support;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use jarvis::config::test_bus::SessionBus;
 use jarvis_stub::Stub;
 use support::*;
 
 const KEY: &str = "sk-ant-from-the-keyring-0123456789";
 
-/// The session bus's configuration without `<servicedir>`: no service is started on demand.
-const BUS_CONFIG: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"#;
-
 /// A session bus and a keyring daemon on it, stopped when dropped.
 struct Keyring {
-    bus: String,
-    bus_pid: u32,
+    bus: SessionBus,
     dir: tempfile::TempDir,
 }
 
 impl Keyring {
     fn start() -> Keyring {
         let dir = tempfile::tempdir().unwrap();
-        // A session bus that starts nothing on demand. The stock session configuration would
-        // start the system's own `gnome-keyring-daemon --start` (with the real HOME and no
-        // unlocked collection) for the first message sent to the Secret Service before the
-        // private daemon below has claimed its name — and that daemon would answer instead.
-        let config = dir.path().join("bus.conf");
-        std::fs::write(&config, BUS_CONFIG).unwrap();
-        let out = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--fork", "--print-address=1", "--print-pid=1"])
-            .output()
-            .expect("dbus-daemon is installed (scripts/setup --test installs it)");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut lines = text.lines();
-        let bus = lines.next().expect("bus address").trim().to_string();
-        let bus_pid = lines.next().expect("bus pid").trim().parse().unwrap();
-        let keyring = Keyring { bus, bus_pid, dir };
+        let keyring = Keyring {
+            bus: SessionBus::start(),
+            dir,
+        };
         let mut daemon = Command::new("gnome-keyring-daemon")
             .args(["--unlock", "--components=secrets", "--daemonize"])
             .envs(keyring.env())
@@ -103,7 +76,7 @@ impl Keyring {
     fn env(&self) -> Vec<(&'static str, String)> {
         let home = self.dir.path().display().to_string();
         vec![
-            ("DBUS_SESSION_BUS_ADDRESS", self.bus.clone()),
+            ("DBUS_SESSION_BUS_ADDRESS", self.bus.address().to_string()),
             ("HOME", home.clone()),
             ("XDG_RUNTIME_DIR", home.clone()),
             ("XDG_DATA_HOME", format!("{home}/data")),
@@ -114,13 +87,6 @@ impl Keyring {
         let mut cmd = jarvis(dir);
         cmd.env_remove("JARVIS_KEYRING").envs(self.env());
         cmd
-    }
-}
-
-impl Drop for Keyring {
-    fn drop(&mut self) {
-        // The keyring daemon leaves with its bus.
-        let _ = Command::new("kill").arg(self.bus_pid.to_string()).status();
     }
 }
 

@@ -220,7 +220,7 @@ async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_
         }
     );
     assert!(rig.file().contains("theme = \"dark\""), "{}", rig.file());
-    assert_eq!(rig.session.view().theme, Theme::Dark);
+    assert_eq!(rig.session.view().await.theme, Theme::Dark);
 
     let mut form = rig.form();
     form.model = "a-better-model".into();

@@ -231,9 +231,10 @@ async fn watch_activity(
     Ok(())
 }
 
+/// Async, so off the main thread: the OS keyring it asks may wait for an unlock, or hang.
 #[tauri::command]
-fn get_settings(state: State<'_, AppState>) -> SettingsView {
-    state.session.view()
+async fn get_settings(state: State<'_, AppState>) -> Res<SettingsView> {
+    Ok(state.session.view().await)
 }
 
 #[tauri::command]
@@ -248,7 +249,7 @@ async fn save_settings(
         crate::shortcut::register(&app, shortcut)?;
     }
     let _ = app.emit("theme-changed", applied.theme);
-    Ok(state.session.view())
+    Ok(state.session.view().await)
 }
 
 /// The microphones Settings offers: the system's input devices, the default first.

@@ -9,6 +9,7 @@ mod support;
 
 use std::time::Duration;
 
+use jarvis::config::test_bus::{LockedKeyring, SessionBus};
 use jarvis::voice::fixtures;
 use jarvis::ReplyState;
 use jarvis_stub::{Script, Stub};
@@ -251,10 +252,7 @@ async fn the_push_to_talk_shortcut_pressed_with_xdotool_reaches_the_service() {
     let data = Data::new();
     let app = App::start(&stub, &data).await;
     app.orb_window().await;
-    app.wait_for("the orb to attach", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
-    })
-    .await;
+    app.wait_for_phase("idle", "the orb to attach").await;
     assert!(!app.visible("#mic").await, "the microphone starts shut");
     xdotool(&["keydown", "ctrl+alt+space"]);
     app.wait_for("listening", |app| async move {
@@ -770,18 +768,24 @@ async fn the_orb_follows_sound_keeps_stop_while_it_talks_plays_again_and_hiding_
     let question = fixtures::speech("What is the capital of France?").unwrap();
     pulse.say(&question.then(&fixtures::silence(800)).to_i16());
     data.wait_for_reply_end().await;
-    // The text has ended; its voice has not: Stop and "Speaking" stay.
-    app.click("#listen").await; // (the microphone shut, so the phase is the voice's)
-    app.wait_for("speaking after the text ended", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
-    })
+    // The text has ended; its voice has not: Stop and "Speaking" stay. The microphone is shut,
+    // so the phase is the voice's.
+    let before = format!(
+        "before the click: mic {}, phase {}",
+        app.attr("#orb-card", "data-mic").await,
+        app.attr("#orb-card", "data-phase").await
+    );
+    app.click("#listen").await;
+    app.wait_for(
+        &format!("the microphone to shut ({before})"),
+        |app| async move { (app.attr("#orb-card", "data-mic").await == "off").then_some(()) },
+    )
     .await;
+    app.wait_for_phase("speaking", "speaking after the text ended")
+        .await;
     assert!(app.visible("#orb-stop").await, "Stop while it talks");
     app.screenshots("orb-speaking-after-text").await;
-    app.wait_for("the voice to end", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
-    })
-    .await;
+    app.wait_for_phase("idle", "the voice to end").await;
     assert!(!app.visible("#orb-stop").await, "nothing left to stop");
     let sounds: Vec<(String, f64)> =
         serde_json::from_value(app.eval("return window.__sounds").await).unwrap();
@@ -802,14 +806,8 @@ async fn the_orb_follows_sound_keeps_stop_while_it_talks_plays_again_and_hiding_
     // Play: the latest answer again, aloud, with nothing added to the history.
     let speaker = pulse.record_speaker().unwrap();
     app.click("#orb-play").await;
-    app.wait_for("speaking again", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
-    })
-    .await;
-    app.wait_for("the replay to end", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
-    })
-    .await;
+    app.wait_for_phase("speaking", "speaking again").await;
+    app.wait_for_phase("idle", "the replay to end").await;
     let loud = speaker.stop().iter().filter(|l| **l > 500.0).count();
     assert!(loud >= 10, "the answer was played again: {loud}");
     let store = data.store();
@@ -920,10 +918,7 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     let speaker = pulse.record_speaker().unwrap();
     app.type_into("#orb-question", "Tell me about Paris.\n")
         .await;
-    app.wait_for("speaking", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
-    })
-    .await;
+    app.wait_for_phase("speaking", "speaking").await;
     data.wait_for_reply_end().await;
     // The text has ended; its voice goes on. A setting that needs a new voice loop is saved.
     app.chat_window().await;
@@ -936,10 +931,7 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
         .await;
     app.click("#settings-save").await;
     app.orb_window().await;
-    app.wait_for("the voice to end", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
-    })
-    .await;
+    app.wait_for_phase("idle", "the voice to end").await;
     // Play is pressed while the restart may still be waiting for quiet or building the new loop:
     // either way the answer is said whole (the restart waits again, or the new loop says it).
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -947,14 +939,8 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     // The same answer once more, whole, to compare with.
     let speaker = pulse.record_speaker().unwrap();
     app.click("#orb-play").await;
-    app.wait_for("speaking again", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "speaking").then_some(())
-    })
-    .await;
-    app.wait_for("the replay to end", |app| async move {
-        (app.attr("#orb-card", "data-phase").await == "idle").then_some(())
-    })
-    .await;
+    app.wait_for_phase("speaking", "speaking again").await;
+    app.wait_for_phase("idle", "the replay to end").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let whole = speaker.stop().iter().filter(|l| **l > 500.0).count();
     eprintln!("loud tenths of a second: first telling {first}, replay {whole}");
@@ -965,6 +951,87 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     );
     let saved = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
     assert!(saved.contains("wake_threshold = 0.6"), "{saved}");
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_keyring_that_never_answers_holds_neither_the_start_nor_the_window_and_says_why() {
+    let _one = one_app_at_a_time().await;
+    // A locked keyring whose unlock prompt nobody answers, on the app's own session bus.
+    let bus = SessionBus::start();
+    let keyring = LockedKeyring::serve(&bus);
+    let stub = Stub::start().await.unwrap();
+    let mut data = Data::new();
+    // A backend whose key is looked for in the keyring: the app starts without waiting for it.
+    let settings = data.path().join("settings.toml");
+    let text = std::fs::read_to_string(&settings).unwrap();
+    std::fs::write(
+        &settings,
+        text.replace("requires_key = false", "requires_key = true"),
+    )
+    .unwrap();
+    data.set_env("DBUS_SESSION_BUS_ADDRESS", bus.address());
+    data.set_env("JARVIS_KEYRING", "on");
+    let app = App::start(&stub, &data).await;
+    assert!(
+        keyring.prompts() >= 1,
+        "the start asked the keyring for the key"
+    );
+    app.chat_window().await;
+    let asked_at_start = keyring.prompts();
+    app.click("#open-settings").await;
+    assert!(
+        keyring.wait_for_prompts(asked_at_start + 1, LIMIT),
+        "Settings asked the keyring where a key is"
+    );
+    // The keyring holds its answer back; the window does not wait for it.
+    assert_eq!(
+        app.eval("return document.title").await,
+        serde_json::json!("Jarvis"),
+        "the window answers while the keyring is asked"
+    );
+    let note = app
+        .wait_for("the settings", |app| async move {
+            let open = app
+                .eval("return document.getElementById('settings').open")
+                .await;
+            let note = app.text("#set-key-note").await;
+            (open == serde_json::json!(true) && !note.is_empty()).then_some(note)
+        })
+        .await;
+    assert!(
+        note.contains("did not answer") && note.contains("locked"),
+        "the key's note says why no key shows: {note}"
+    );
+    app.screenshots("keyring-not-answering").await;
+    // Saved while the keyring still has not answered: the dialog closes.
+    app.click("#settings-save").await;
+    app.wait_for("the settings to close", |app| async move {
+        (app.eval("return document.getElementById('settings').open")
+            .await
+            == serde_json::json!(false))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.text("#settings-error").await,
+        "",
+        "saved without an error"
+    );
+    // A question says what to do, at once: the key is still in the locked keyring.
+    app.type_question("Are you there?").await;
+    app.wait_for_state("failed").await;
+    let shown = app.texts(".message.assistant").await.join("\n");
+    assert!(
+        shown.contains("has not given OPENAI_API_KEY yet") && shown.contains("unlock it"),
+        "the reply says why: {shown}"
+    );
+    assert!(
+        stub.received().is_empty(),
+        "nothing was sent without the key"
+    );
+    app.screenshots("keyring-not-answering-asked").await;
     app.quit().await;
 }
 

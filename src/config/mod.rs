@@ -10,6 +10,8 @@ use thiserror::Error;
 mod env;
 mod keyring;
 mod settings;
+#[cfg(feature = "test-support")]
+pub mod test_bus;
 mod write;
 
 pub use self::keyring::{

@@ -357,6 +357,75 @@ impl Backend for Unusable {
     }
 }
 
+/// A backend whose key the OS keyring has not given yet (a locked keyring, its unlock prompt
+/// up): the app starts without waiting for it, and a request made before the keyring answers
+/// fails at once saying so. Once it has answered, requests go to the backend made with the key
+/// (or to an [`Unusable`] one saying why there is none).
+pub struct Deferred {
+    kind: BackendKind,
+    model: String,
+    max_tokens: u32,
+    max_concurrent: usize,
+    context_tokens: usize,
+    var: &'static str,
+    made: Arc<std::sync::OnceLock<Arc<dyn Backend>>>,
+}
+
+impl Deferred {
+    /// One that answers as `shape` says (made with a stand-in key, never asked) and sends
+    /// requests to what `made` holds once it is set.
+    pub fn new(
+        shape: &dyn Backend,
+        var: &'static str,
+        made: Arc<std::sync::OnceLock<Arc<dyn Backend>>>,
+    ) -> Deferred {
+        Deferred {
+            kind: shape.kind(),
+            model: shape.model().to_string(),
+            max_tokens: shape.max_tokens(),
+            max_concurrent: shape.max_concurrent(),
+            context_tokens: shape.context_tokens(),
+            var,
+            made,
+        }
+    }
+}
+
+impl Backend for Deferred {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+    fn model(&self) -> &str {
+        match self.made.get() {
+            Some(backend) => backend.model(),
+            None => &self.model,
+        }
+    }
+    fn max_tokens(&self) -> u32 {
+        self.made.get().map_or(self.max_tokens, |b| b.max_tokens())
+    }
+    fn max_concurrent(&self) -> usize {
+        self.max_concurrent
+    }
+    fn context_tokens(&self) -> usize {
+        self.made
+            .get()
+            .map_or(self.context_tokens, |b| b.context_tokens())
+    }
+    fn stream(&self, request: Request) -> EventStream {
+        match self.made.get() {
+            Some(backend) => backend.stream(request),
+            None => {
+                let err = LlmError::Unavailable(format!(
+                    "the OS keyring has not given {} yet (is it locked?): unlock it, then ask again",
+                    self.var
+                ));
+                Box::pin(futures::stream::once(async move { Err(err) }))
+            }
+        }
+    }
+}
+
 /// Why a backend could not be made.
 #[derive(Debug, Error)]
 pub enum BackendError {
@@ -442,15 +511,17 @@ pub fn from_config(
             )?))
         }
         BackendKind::Openai => {
-            let key =
-                crate::config::find_key(BackendKind::Openai.key_var_of(), env).map(|(k, _)| k);
-            if s.openai.requires_key && key.is_none() {
-                return Err(BackendError::MissingKey {
+            // A keyless server never receives the user's OpenAI key, and the keyring is not
+            // asked for one (a locked keyring would hold the start for nothing).
+            let key = if s.openai.requires_key {
+                let found = crate::config::find_key(BackendKind::Openai.key_var_of(), env);
+                Some(found.ok_or(BackendError::MissingKey {
                     var: BackendKind::Openai.key_var_of(),
-                });
-            }
-            // A keyless server never receives the user's OpenAI key.
-            let key = if s.openai.requires_key { key } else { None };
+                })?)
+                .map(|(k, _)| k)
+            } else {
+                None
+            };
             Ok(Arc::new(openai::OpenAi::new(
                 BackendKind::Openai,
                 s.openai.clone(),
@@ -533,5 +604,47 @@ pub fn guarded(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first_error(backend: &dyn Backend) -> String {
+        let mut stream = backend.stream(Request {
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            model: backend.model().to_string(),
+            max_tokens: 16,
+            housekeeping: false,
+        });
+        let first = futures::executor::block_on(stream.next());
+        match first {
+            Some(Err(err)) => err.to_string(),
+            other => panic!("an error first, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_deferred_backend_says_to_unlock_the_keyring_until_the_key_comes_then_is_that_backend() {
+        let shape = Unusable::new(BackendKind::Anthropic, "claude-x", "stand-in");
+        let made = Arc::new(std::sync::OnceLock::new());
+        let deferred = Deferred::new(&shape, "ANTHROPIC_API_KEY", made.clone());
+        assert_eq!(deferred.model(), "claude-x");
+        let waiting = first_error(&deferred);
+        assert!(
+            waiting.contains("has not given ANTHROPIC_API_KEY yet") && waiting.contains("unlock"),
+            "{waiting}"
+        );
+        let real: Arc<dyn Backend> = Arc::new(Unusable::new(
+            BackendKind::Anthropic,
+            "claude-y",
+            "the real one",
+        ));
+        made.set(real).ok().unwrap();
+        assert_eq!(deferred.model(), "claude-y");
+        assert!(first_error(&deferred).contains("the real one"));
     }
 }

@@ -7,6 +7,7 @@ pub mod settings;
 pub mod startup;
 pub mod voice;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,6 +23,77 @@ use crate::store::{ChatId, Store, StoreError};
 pub use settings::{AppInfo, Applied, Asked, Endpoint, SettingsForm, SettingsView};
 pub use startup::{move_database_aside, StartupProblem};
 pub use voice::{device_parts, PartsMaker, VoiceSupervisor};
+
+/// How long Settings waits for the OS keyring to say where a key is before it shows what it
+/// knows without it ([`Session::view`]).
+pub const KEYRING_WAIT: Duration = Duration::from_secs(3);
+
+/// Runs `ask`, a question to the OS keyring, on a thread of its own, left to itself: a keyring
+/// that never answers (one locked, its unlock prompt unanswered) holds that thread only, never
+/// a runtime's, whose shutdown would wait for it.
+fn ask_keyring<T: Send + 'static>(
+    ask: impl FnOnce() -> T + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    on_keyring_thread(move || {
+        let _ = tx.send(ask());
+    });
+    rx
+}
+
+fn on_keyring_thread(ask: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("keyring".into())
+        .spawn(ask);
+    if let Err(err) = spawned {
+        tracing::warn!(%err, "no thread to ask the OS keyring on");
+    }
+}
+
+/// The backend to start with. Its key may have to come from the OS keyring, which may wait for
+/// an unlock (or hang): it is made on a thread of its own, and when the keyring has not
+/// answered within [`KEYRING_WAIT`] the app starts anyway, on a [`llm::Deferred`] backend that
+/// takes the real one once the keyring has given the key.
+fn backend_at_start(config: &Config, env: &Env) -> (Arc<dyn Backend>, Option<String>) {
+    let s = &config.settings;
+    let var = match s.backend {
+        config::BackendKind::Anthropic => config::BackendKind::Anthropic.key_var_of(),
+        config::BackendKind::Openai if s.openai.requires_key => {
+            config::BackendKind::Openai.key_var_of()
+        }
+        _ => return backend_for(config, &**env),
+    };
+    let made = Arc::new(std::sync::OnceLock::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (config, env, made) = (config.clone(), env.clone(), made.clone());
+        on_keyring_thread(move || {
+            let (backend, problem) = backend_for(&config, &*env);
+            let _ = made.set(backend);
+            let _ = tx.send(problem);
+        });
+    }
+    match rx.recv_timeout(KEYRING_WAIT) {
+        Ok(problem) => match made.get() {
+            Some(backend) => (backend.clone(), problem),
+            None => backend_for(config, &**env),
+        },
+        Err(_) => {
+            tracing::warn!(
+                "the OS keyring did not give {var} within {} s: starting without it",
+                KEYRING_WAIT.as_secs()
+            );
+            // The shape (model, limits) of the backend to come, made with a stand-in key that
+            // is never sent anywhere.
+            let stand_in = |name: &str| match name {
+                n if n == var => Some("stand-in".to_string()),
+                n => env(n),
+            };
+            let (shape, _) = backend_for(config, &stand_in);
+            (Arc::new(llm::Deferred::new(&*shape, var, made)), None)
+        }
+    }
+}
 
 /// The environment as the session reads it (the real one, or a test's).
 pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -102,6 +174,8 @@ pub struct Session {
     recall: Option<Arc<Recall>>,
     voice: VoiceSupervisor,
     env: Env,
+    /// A question to the OS keyring is on its way (it may never come back).
+    keyring_asked: Arc<AtomicBool>,
 }
 
 impl Session {
@@ -116,7 +190,7 @@ impl Session {
             Duration::from_millis(config.settings.replies.busy_timeout_ms),
         )
         .map_err(|source| SessionError::Database { path, source })?;
-        let (backend, bad_backend) = backend_for(&config, &*env);
+        let (backend, bad_backend) = backend_at_start(&config, &env);
         let problem = bad_settings.map(|e| e.to_string()).or(bad_backend);
         if let Some(problem) = &problem {
             tracing::warn!("{problem}");
@@ -133,6 +207,7 @@ impl Session {
             recall,
             voice,
             env,
+            keyring_asked: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -208,9 +283,33 @@ impl Session {
         self.voice.start(self.config()).await;
     }
 
-    /// What the Settings page shows. Asks the OS keyring where a key is, so it may block.
-    pub fn view(&self) -> SettingsView {
-        SettingsView::of(&self.config(), &*self.env)
+    /// What the Settings page shows. The OS keyring is asked where a key is on a thread of its
+    /// own: a locked keyring waits for the user to unlock it, one that hangs may never answer.
+    /// When it has not answered within [`KEYRING_WAIT`] (or an earlier question to it is still
+    /// waiting), the view shows the keys the environment holds and says the keyring did not
+    /// answer; nothing waits for it.
+    pub async fn view(&self) -> SettingsView {
+        let config = self.config();
+        if !self.keyring_asked.swap(true, Ordering::SeqCst) {
+            let asked = {
+                let (config, env, flag) =
+                    (config.clone(), self.env.clone(), self.keyring_asked.clone());
+                ask_keyring(move || {
+                    let view = SettingsView::of(&config, &*env);
+                    flag.store(false, Ordering::SeqCst);
+                    view
+                })
+            };
+            match tokio::time::timeout(KEYRING_WAIT, asked).await {
+                Ok(Ok(view)) => return view,
+                Ok(Err(_)) => tracing::warn!("asking the OS keyring stopped"),
+                Err(_) => tracing::warn!(
+                    "the OS keyring did not answer within {} s",
+                    KEYRING_WAIT.as_secs()
+                ),
+            }
+        }
+        SettingsView::without_keyring(&config, &*self.env)
     }
 
     /// Saves a Settings form: checks it (nothing is written when it is refused), stores a new
@@ -222,13 +321,13 @@ impl Session {
         let changes = form.changes().map_err(SessionError::Invalid)?;
         let new_key = form.new_key().map(str::to_string);
         if new_key.is_none() {
-            self.key_stays_with_its_host(&form)?;
+            self.key_stays_with_its_host(&form).await?;
         }
         if let (Some(var), Some(key)) = (form.backend.key_var(), new_key.clone()) {
             let key = SecretString::from(key);
-            tokio::task::spawn_blocking(move || config::store_key(var, &key))
+            ask_keyring(move || config::store_key(var, &key))
                 .await
-                .map_err(|e| SessionError::Invalid(format!("storing the key stopped: {e}")))?
+                .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
                 .map_err(|source| SessionError::Keyring { var, source })?;
         }
         let (old, config) = self.write(changes).await?;
@@ -242,7 +341,11 @@ impl Session {
             // A problem (a bad file, a missing key) may be fixed now: look again.
             || self.problem().is_some();
         let backend = if backend_changed {
-            let (backend, problem) = backend_for(&config, &*self.env);
+            // Finding the key may wait on the OS keyring: not on the runtime's threads.
+            let (config, env) = (config.clone(), self.env.clone());
+            let (backend, problem) = ask_keyring(move || backend_for(&config, &*env))
+                .await
+                .map_err(|_| SessionError::Invalid("finding the key stopped".into()))?;
             *self.locked_problem() = problem;
             Some(backend)
         } else {
@@ -268,7 +371,7 @@ impl Session {
 
     /// A key given for one host is never sent to another unasked: a form that moves a keyed
     /// backend to a new host must give its key again.
-    fn key_stays_with_its_host(&self, form: &SettingsForm) -> Result<(), SessionError> {
+    async fn key_stays_with_its_host(&self, form: &SettingsForm) -> Result<(), SessionError> {
         let settings = self.settings();
         let (current, needs_key) = match form.backend {
             config::BackendKind::Anthropic => (settings.anthropic.base_url, true),
@@ -289,16 +392,21 @@ impl Session {
                 .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
         };
         let var = form.backend.key_var().unwrap_or_default();
-        if needs_key
-            && host(&current) != host(wanted)
-            && config::find_key(var, &*self.env).is_some()
-        {
+        if needs_key && host(&current) != host(wanted) && self.has_key(var).await {
             return Err(SessionError::Invalid(format!(
                 "the base URL now points to {}: enter the key for it again (a key is never sent to a new host unasked)",
                 host(wanted).unwrap_or_else(|| wanted.to_string())
             )));
         }
         Ok(())
+    }
+
+    /// Whether `var` is set in the environment or the OS keyring, asked on a thread of its own.
+    async fn has_key(&self, var: &'static str) -> bool {
+        let env = self.env.clone();
+        ask_keyring(move || config::find_key(var, &*env).is_some())
+            .await
+            .unwrap_or(false)
     }
 
     /// "Use earlier conversations": saved, and in force from the next reply on.

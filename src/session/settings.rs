@@ -20,6 +20,9 @@ pub struct SettingsView {
     pub anthropic_key: Option<String>,
     /// Where the OpenAI-compatible endpoint's key was found, or nothing.
     pub openai_key: Option<String>,
+    /// Why the OS keyring was not asked (it did not answer in time): a key kept there is not
+    /// shown.
+    pub keyring_problem: Option<String>,
     /// The push-to-talk shortcut.
     pub shortcut: String,
     /// Whether voice conversations are kept as chats.
@@ -78,6 +81,7 @@ impl SettingsView {
             },
             anthropic_key: key_source(BackendKind::Anthropic),
             openai_key: key_source(BackendKind::Openai),
+            keyring_problem: None,
             shortcut: s.desktop.shortcut.clone(),
             save_conversations: s.voice.save_conversations,
             wake_while_hidden: s.voice.wake_while_hidden,
@@ -89,6 +93,22 @@ impl SettingsView {
             rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
             path: config.path.display().to_string(),
+        }
+    }
+
+    /// The view of `config` when the OS keyring does not answer: the keys the environment
+    /// holds, and why the keyring's are not shown.
+    pub fn without_keyring(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> SettingsView {
+        let env_only = |name: &str| match name {
+            "JARVIS_KEYRING" => Some("off".to_string()),
+            _ => env(name),
+        };
+        SettingsView {
+            keyring_problem: Some(format!(
+                "the OS keyring did not answer within {} s (is it locked?), so a key kept there is not shown",
+                super::KEYRING_WAIT.as_secs()
+            )),
+            ..SettingsView::of(config, &env_only)
         }
     }
 }

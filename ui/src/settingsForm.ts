@@ -23,9 +23,11 @@ function showBackend(kind: BackendKind): void {
   const source = kind === "anthropic" ? current.anthropic_key : kind === "openai" ? current.openai_key : null;
   byId("set-key-note").textContent = source
     ? `A key is set (from the ${source}).`
-    : kind === "openai"
-      ? "No key set; servers such as Ollama need none."
-      : "No key set.";
+    : current.keyring_problem
+      ? `Not known: ${current.keyring_problem}.`
+      : kind === "openai"
+        ? "No key set; servers such as Ollama need none."
+        : "No key set.";
   byId<HTMLInputElement>("set-key").value = "";
 }
 

@@ -273,6 +273,11 @@ export type SettingsView = {
   anthropic_key: string | null,
   /** Where the OpenAI-compatible endpoint's key was found, or nothing. */
   openai_key: string | null,
+  /**
+   * Why the OS keyring was not asked (it did not answer in time): a key kept there is not
+   * shown.
+   */
+  keyring_problem: string | null,
   /** The push-to-talk shortcut. */
   shortcut: string,
   /** Whether voice conversations are kept as chats. */

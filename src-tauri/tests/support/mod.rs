@@ -48,6 +48,11 @@ impl Data {
         }
     }
 
+    /// The app is started with `name` set to `value` (over what [`Data::env`] sets).
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.extra.push((name.into(), value.into()));
+    }
+
     /// A data folder whose models are the installed ones (the voice models among them), the orb
     /// listening hands-free, and the audio devices of `pulse`.
     pub fn with_voice(pulse: &jarvis::voice::pulse::Pulse) -> Data {
@@ -264,17 +269,19 @@ impl App {
             let mut caps = serde_json::Map::new();
             caps.insert("browserName".into(), json!("wry"));
             caps.insert("tauri:options".into(), json!({ "application": APP }));
-            let attempt = ClientBuilder::native()
-                .capabilities(caps)
-                .connect(&url)
-                .await;
+            // An app that never shows its window holds the session's start: bounded too.
+            let attempt = tokio::time::timeout(
+                LIMIT,
+                ClientBuilder::native().capabilities(caps).connect(&url),
+            )
+            .await;
             match attempt {
-                Ok(client) => break client,
-                Err(err) if start.elapsed() < LIMIT => {
-                    let _ = err;
+                Ok(Ok(client)) => break client,
+                Ok(Err(_)) if start.elapsed() < LIMIT => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(err) => panic!("no WebDriver session: {err}"),
+                Ok(Err(err)) => panic!("no WebDriver session: {err}"),
+                Err(_) => panic!("no WebDriver session within {LIMIT:?}: the app showed no window"),
             }
         };
         let target = std::env::var("CARGO_TARGET_DIR")
@@ -465,6 +472,42 @@ impl Page {
         }
     }
 
+    /// Waits until the orb's phase is `phase`. A timeout's panic lists each state the orb was
+    /// in (phase, microphone, label, when), so a failure says what it did instead.
+    pub async fn wait_for_phase(&self, phase: &str, what: &str) {
+        let start = Instant::now();
+        let mut seen: Vec<(String, f64)> = Vec::new();
+        loop {
+            let now = self
+                .eval(
+                    "const c = document.getElementById('orb-card');
+                     const label = document.getElementById('phase');
+                     return c ? [c.dataset.phase || '', c.dataset.mic || '',
+                                 label ? label.textContent : ''] : ['', '', ''];",
+                )
+                .await;
+            let part = |i: usize| now[i].as_str().unwrap_or_default().to_string();
+            if part(0) == phase {
+                return;
+            }
+            let state = format!("{} (mic {}, {:?})", part(0), part(1), part(2));
+            if seen.last().map(|(s, _)| s) != Some(&state) {
+                seen.push((state, start.elapsed().as_secs_f64()));
+            }
+            if start.elapsed() >= LIMIT {
+                let seen: Vec<String> = seen
+                    .iter()
+                    .map(|(state, at)| format!("{state} at {at:.1} s"))
+                    .collect();
+                panic!(
+                    "timed out waiting for {what}; the orb was: {}",
+                    seen.join(" → ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+
     pub async fn texts(&self, selector: &str) -> Vec<String> {
         let script = format!(
             "return [...document.querySelectorAll({})].map(e => e.innerText.trim())",
@@ -554,9 +597,18 @@ impl Page {
             matches!(e, fantoccini::error::CmdError::Standard(w)
                 if w.error == fantoccini::error::ErrorStatus::StaleElementReference)
         };
+        // A page whose app holds its main thread never answers: bounded, as `eval` is.
+        fn hung(what: &str, selector: &str) -> ! {
+            panic!("the page did not {what} {selector} within {LIMIT:?}")
+        }
         for attempt in 1.. {
-            let clicked = match self.client.find(Locator::Css(selector)).await {
-                Ok(el) => el.click().await,
+            let found = tokio::time::timeout(LIMIT, self.client.find(Locator::Css(selector)))
+                .await
+                .unwrap_or_else(|_| hung("find", selector));
+            let clicked = match found {
+                Ok(el) => tokio::time::timeout(LIMIT, el.click())
+                    .await
+                    .unwrap_or_else(|_| hung("take the click on", selector)),
                 Err(e) if stale(&e) && attempt < 5 => Err(e),
                 Err(e) => panic!("no {selector}: {e}"),
             };
