@@ -160,6 +160,79 @@ async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
     );
 }
 
+/// A disk that fills during a reply: the data directory is a 1 MiB tmpfs, mounted in a user and
+/// mount namespace of the test's own (`unshare`), and the reply's progress fills it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_that_fills_during_a_reply_fails_it_by_name_and_keeps_the_question_and_what_was_stored(
+) {
+    let stub = Stub::start().await.unwrap();
+    let answer = "This sentence is one of many in a long answer. ".repeat(3000);
+    stub.push(
+        Script::text(&answer)
+            .deltas_of(2000)
+            .paced(Duration::from_millis(10)),
+    );
+    let dir = Dir::new();
+    let (data, out) = (dir.path().join("data"), dir.path().join("out"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let script = r#"mount -t tmpfs -o size=1m tmpfs "$JARVIS_DATA_DIR" || exit 90
+"$JARVIS" ask --new "Tell me a long story." > "$OUT/ask.out" 2> "$OUT/ask.err"
+echo $? > "$OUT/ask.rc"
+# Space is freed, as the user would; what the chat kept is read back.
+mount -o remount,size=64m "$JARVIS_DATA_DIR"
+"$JARVIS" show 1 > "$OUT/show.out" 2>&1
+cp "$JARVIS_DATA_DIR"/jarvis.db* "$OUT/"
+"#;
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("JARVIS_DATA_DIR", &data)
+        .env("JARVIS_CONFIG", dir.path().join("settings.toml"))
+        .env("JARVIS_KEYRING", "off")
+        .env("JARVIS", env!("CARGO_BIN_EXE_jarvis"))
+        .env("OUT", &out)
+        .kill_on_drop(true);
+    at_stub(&mut cmd, &stub);
+    let (code, _, err) = output(&mut cmd).await;
+    assert_eq!(
+        code, 0,
+        "a namespace with a small tmpfs (unshare, mount): {err}"
+    );
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+
+    // The whole answer was shown; the end says it could not be saved, and why.
+    assert_eq!(read("ask.rc").trim(), "1");
+    assert_eq!(read("ask.out").trim_end(), answer.trim_end());
+    let said = read("ask.err");
+    assert!(
+        said.contains("the answer could not be saved") && said.contains("database or disk is full"),
+        "{said}"
+    );
+    // What was kept: the question, and the answer as far as it was stored, in a sound database.
+    let shown = read("show.out");
+    assert!(
+        shown.contains("Tell me a long story.")
+            && shown.contains("assistant (interrupted): This sentence is one of many"),
+        "{shown}"
+    );
+    let store = jarvis::store::Store::open(&out.join("jarvis.db"), Duration::from_secs(1)).unwrap();
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+    let reply = store.last_reply(jarvis::ChatId(1)).unwrap().unwrap();
+    assert!(
+        !reply.text.is_empty()
+            && answer.starts_with(&reply.text)
+            && reply.text.len() < answer.len(),
+        "a prefix of the answer is kept: {} of {} characters",
+        reply.text.len(),
+        answer.len()
+    );
+    let records = store.records(jarvis::ChatId(1)).unwrap();
+    assert_eq!(records.len(), 2, "one question, one answer");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_key_refuses_at_start_naming_the_variable() {
     let dir = Dir::new();

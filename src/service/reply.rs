@@ -99,9 +99,21 @@ impl ReplyJob {
             let text = crate::envelope::strip_envelopes(&text);
             blocking(move || store.finish_reply(reply, state, &text, reason.as_deref())).await
         };
-        if let Err(err) = saved {
-            tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
-        }
+        // An end that could not be stored (a full disk) is not shown as done: the user is told
+        // what the chat keeps.
+        let outcome = match saved {
+            Ok(()) => outcome,
+            Err(err) => {
+                tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
+                Outcome {
+                    state: ReplyState::Failed,
+                    reason: Some(format!(
+                        "the answer could not be saved ({err}): the chat keeps the question and \
+                         the answer as far as it was stored; free some space before asking again"
+                    )),
+                }
+            }
+        };
         if let (Some(asked), ReplyState::Done) = (asked_before, outcome.state) {
             let (store, chat) = (self.store.clone(), self.chat);
             let lapsed = blocking(move || {
