@@ -514,11 +514,10 @@ pub fn from_config(
             // A keyless server never receives the user's OpenAI key, and the keyring is not
             // asked for one (a locked keyring would hold the start for nothing).
             let key = if s.openai.requires_key {
-                let found = crate::config::find_key(BackendKind::Openai.key_var_of(), env);
-                Some(found.ok_or(BackendError::MissingKey {
-                    var: BackendKind::Openai.key_var_of(),
-                })?)
-                .map(|(k, _)| k)
+                let var = BackendKind::Openai.key_var_of();
+                let (key, _) =
+                    crate::config::find_key(var, env).ok_or(BackendError::MissingKey { var })?;
+                Some(key)
             } else {
                 None
             };

@@ -326,9 +326,9 @@ impl ReplyJob {
                     let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
                     let results = match tokio::task::spawn_blocking(move || {
                         run.iter()
-                            .map(|(call, arguments)| match arguments {
-                                Ok(()) => memory::run(&store, chat, call),
-                                Err(why) => ToolResult {
+                            .map(|(call, refused)| match refused {
+                                None => memory::run(&store, chat, call),
+                                Some(why) => ToolResult {
                                     id: call.id.clone(),
                                     content: format!(
                                         "{} was not run: its arguments were {why}. Call it again \
@@ -500,13 +500,11 @@ impl ReplyJob {
                         let calls = calls
                             .into_values()
                             .map(|(id, name, args)| {
-                                let parsed = arguments_of(&args);
-                                let call = ToolCall {
-                                    id,
-                                    name,
-                                    arguments: parsed.clone().unwrap_or_else(|_| serde_json::json!({})),
+                                let (arguments, refused) = match arguments_of(&args) {
+                                    Ok(arguments) => (arguments, None),
+                                    Err(why) => (serde_json::json!({}), Some(why)),
                                 };
-                                (call, parsed.map(drop))
+                                (ToolCall { id, name, arguments }, refused)
                             })
                             .collect();
                         return Round::Calls { text: said, calls };
@@ -604,10 +602,11 @@ const MAX_ROUNDS: usize = 8;
 /// How a round ended.
 enum Round {
     Ended(Outcome),
-    /// The tools the model called, each with whether its arguments are a JSON object.
+    /// The tools the model called, each with why it is not run (its arguments are not a JSON
+    /// object), if it is not.
     Calls {
         text: String,
-        calls: Vec<(ToolCall, Result<(), String>)>,
+        calls: Vec<(ToolCall, Option<String>)>,
     },
 }
 

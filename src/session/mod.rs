@@ -41,6 +41,7 @@ fn ask_keyring<T: Send + 'static>(
     rx
 }
 
+/// Runs `ask` on a thread of its own, left to itself (see [`ask_keyring`]).
 fn on_keyring_thread(ask: impl FnOnce() + Send + 'static) {
     let spawned = std::thread::Builder::new()
         .name("keyring".into())
@@ -55,13 +56,8 @@ fn on_keyring_thread(ask: impl FnOnce() + Send + 'static) {
 /// answered within [`KEYRING_WAIT`] the app starts anyway, on a [`llm::Deferred`] backend that
 /// takes the real one once the keyring has given the key.
 fn backend_at_start(config: &Config, env: &Env) -> (Arc<dyn Backend>, Option<String>) {
-    let s = &config.settings;
-    let var = match s.backend {
-        config::BackendKind::Anthropic => config::BackendKind::Anthropic.key_var_of(),
-        config::BackendKind::Openai if s.openai.requires_key => {
-            config::BackendKind::Openai.key_var_of()
-        }
-        _ => return backend_for(config, &**env),
+    let Some(var) = needed_key(&config.settings, config.settings.backend) else {
+        return backend_for(config, &**env);
     };
     let made = Arc::new(std::sync::OnceLock::new());
     let (tx, rx) = std::sync::mpsc::channel();
@@ -69,15 +65,12 @@ fn backend_at_start(config: &Config, env: &Env) -> (Arc<dyn Backend>, Option<Str
         let (config, env, made) = (config.clone(), env.clone(), made.clone());
         on_keyring_thread(move || {
             let (backend, problem) = backend_for(&config, &*env);
-            let _ = made.set(backend);
-            let _ = tx.send(problem);
+            let _ = made.set(backend.clone());
+            let _ = tx.send((backend, problem));
         });
     }
     match rx.recv_timeout(KEYRING_WAIT) {
-        Ok(problem) => match made.get() {
-            Some(backend) => (backend.clone(), problem),
-            None => backend_for(config, &**env),
-        },
+        Ok(made) => made,
         Err(_) => {
             tracing::warn!(
                 "the OS keyring did not give {var} within {} s: starting without it",
@@ -92,6 +85,15 @@ fn backend_at_start(config: &Config, env: &Env) -> (Arc<dyn Backend>, Option<Str
             let (shape, _) = backend_for(config, &stand_in);
             (Arc::new(llm::Deferred::new(&*shape, var, made)), None)
         }
+    }
+}
+
+/// The key `kind` cannot answer without under `settings`, by its variable's name; none for the
+/// local model and a keyless OpenAI-compatible server.
+fn needed_key(settings: &Settings, kind: config::BackendKind) -> Option<&'static str> {
+    match kind {
+        config::BackendKind::Openai if !settings.openai.requires_key => None,
+        kind => kind.key_var(),
     }
 }
 
@@ -373,10 +375,12 @@ impl Session {
     /// backend to a new host must give its key again.
     async fn key_stays_with_its_host(&self, form: &SettingsForm) -> Result<(), SessionError> {
         let settings = self.settings();
-        let (current, needs_key) = match form.backend {
-            config::BackendKind::Anthropic => (settings.anthropic.base_url, true),
-            config::BackendKind::Openai => (settings.openai.base_url, settings.openai.requires_key),
-            config::BackendKind::Local => return Ok(()),
+        let Some(var) = needed_key(&settings, form.backend) else {
+            return Ok(());
+        };
+        let current = match form.backend {
+            config::BackendKind::Anthropic => settings.anthropic.base_url,
+            _ => settings.openai.base_url,
         };
         let Some(wanted) = form
             .base_url
@@ -391,8 +395,7 @@ impl Session {
                 .ok()
                 .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
         };
-        let var = form.backend.key_var().unwrap_or_default();
-        if needs_key && host(&current) != host(wanted) && self.has_key(var).await {
+        if host(&current) != host(wanted) && self.has_key(var).await {
             return Err(SessionError::Invalid(format!(
                 "the base URL now points to {}: enter the key for it again (a key is never sent to a new host unasked)",
                 host(wanted).unwrap_or_else(|| wanted.to_string())
