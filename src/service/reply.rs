@@ -103,6 +103,11 @@ impl ReplyJob {
         // what the chat keeps.
         let outcome = match saved {
             Ok(()) => outcome,
+            // Taken and ended by another Jarvis (this one was stopped for it): its end stands.
+            Err(err @ StoreError::NotOurs(_)) => {
+                tracing::warn!(%err, reply = %self.reply, "the end of a reply was not ours to store");
+                outcome
+            }
             Err(err) => {
                 tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
                 Outcome {
