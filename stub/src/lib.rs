@@ -98,6 +98,9 @@ pub enum Script {
         /// How the stream ends.
         #[serde(default)]
         ending: Ending,
+        /// Wait at a gate the test opens (see [`Script::held_after`]).
+        #[serde(default)]
+        hold: Option<Hold>,
     },
     /// Stream back "You said: " and the last user message (the binary's default).
     Echo {
@@ -115,6 +118,14 @@ pub enum Script {
         /// Seconds for the `retry-after` header.
         #[serde(default)]
         retry_after: Option<u64>,
+    },
+    /// Answer with an HTTP error status whose `retry-after` is an HTTP date, stamped when the
+    /// stub answers: `after_secs` from then (whole seconds, as the format has them).
+    RetryAtDate {
+        /// The status code, e.g. 429.
+        status: u16,
+        /// Seconds from the answer to the date.
+        after_secs: u64,
     },
     /// Answer with any status, headers and body, as a server the project did not write might.
     Raw {
@@ -152,6 +163,7 @@ impl Script {
             tool_calls: Vec::new(),
             end_after: None,
             ending: Ending::Complete,
+            hold: None,
         }
     }
 
@@ -206,6 +218,19 @@ impl Script {
         self
     }
 
+    /// Stops after `deltas` text deltas (at least 1: a reply that has begun) until the test
+    /// opens `gate`, sending keep-alives (an Anthropic `ping`, an SSE comment) meanwhile as real
+    /// servers do, so the reply runs for as long as the test needs it to and no longer.
+    pub fn held_after(mut self, deltas: usize, gate: &Gate) -> Self {
+        if let Script::Stream { hold, .. } = &mut self {
+            *hold = Some(Hold {
+                after: deltas,
+                gate: gate.name.clone(),
+            });
+        }
+        self
+    }
+
     /// Any status, headers and body.
     pub fn raw(status: u16, headers: &[(&str, &str)], body: impl Into<String>) -> Self {
         Script::Raw {
@@ -238,8 +263,53 @@ pub struct Received {
     pub body: Value,
 }
 
+/// Where a scripted stream waits for a [`Gate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    /// After how many text deltas.
+    pub after: usize,
+    /// The gate's name (a stream whose gate this stub does not know does not wait).
+    pub gate: String,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// A stream got to the gate.
+    reached: bool,
+    /// The test let it through.
+    open: bool,
+}
+
+/// A point a test holds a scripted stream at and lets it through, so "the reply is still
+/// running" is a fact the test controls rather than a pace a loaded machine can outrun.
+#[derive(Clone)]
+pub struct Gate {
+    name: String,
+    state: Arc<tokio::sync::watch::Sender<GateState>>,
+}
+
+impl Gate {
+    /// Waits until a stream is held at the gate (the deltas before it are written).
+    pub async fn reached(&self) {
+        let mut rx = self.state.subscribe();
+        // The sender lives in this gate, so the wait ends only when a stream gets here.
+        let _ = rx.wait_for(|g| g.reached).await;
+    }
+
+    /// Whether a stream got to the gate.
+    pub fn is_reached(&self) -> bool {
+        self.state.borrow().reached
+    }
+
+    /// Lets the held stream (or the one still coming) through.
+    pub fn release(&self) {
+        self.state.send_modify(|g| g.open = true);
+    }
+}
+
 #[derive(Default)]
 struct Shared {
+    gates: Mutex<std::collections::HashMap<String, Gate>>,
     queue: Mutex<VecDeque<Script>>,
     default: Mutex<Option<Script>>,
     received: Mutex<Vec<Received>>,
@@ -314,6 +384,17 @@ impl Stub {
         *lock(&self.shared.default) = Some(script);
     }
 
+    /// A new gate for [`Script::held_after`].
+    pub fn gate(&self) -> Gate {
+        let mut gates = lock(&self.shared.gates);
+        let gate = Gate {
+            name: format!("gate-{}", gates.len() + 1),
+            state: Arc::new(tokio::sync::watch::Sender::new(GateState::default())),
+        };
+        gates.insert(gate.name.clone(), gate.clone());
+        gate
+    }
+
     /// The requests received so far.
     pub fn received(&self) -> Vec<Received> {
         lock(&self.shared.received).clone()
@@ -374,6 +455,15 @@ fn respond(wire: Wire, shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> 
             }
             resp
         }
+        Script::RetryAtDate { status, after_secs } => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let at = std::time::SystemTime::now() + Duration::from_secs(after_secs);
+            let mut resp = (code, error_body(wire, status)).into_response();
+            if let Ok(date) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
+                resp.headers_mut().insert("retry-after", date);
+            }
+            resp
+        }
         Script::Raw {
             status,
             headers,
@@ -403,6 +493,7 @@ fn respond(wire: Wire, shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> 
                 tool_calls: Vec::new(),
                 end_after: None,
                 ending: Ending::Complete,
+                hold: None,
             },
             shared,
         )),
@@ -511,9 +602,17 @@ fn frames(
     shared: Arc<Shared>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(64);
+    let gate = match &script {
+        Script::Stream {
+            hold: Some(hold), ..
+        } => lock(&shared.gates)
+            .get(&hold.gate)
+            .map(|gate| (hold.after, gate.clone())),
+        _ => None,
+    };
     tokio::spawn(async move {
         // A send error means the client went away; there is nothing left to do.
-        let _ = write_script(wire, script, &tx).await;
+        let _ = write_script(wire, script, gate, &tx).await;
     });
     futures::stream::unfold((rx, shared), |(mut rx, shared)| async move {
         let frame = rx.recv().await?;
@@ -541,7 +640,35 @@ async fn send(tx: &Tx, bytes: Bytes) -> Result<(), ()> {
     tx.send(frame).await.map_err(|_| ())
 }
 
-async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
+/// Waits at `gate` until the test opens it, keeping the connection alive meanwhile.
+async fn hold_at(wire: Wire, gate: &Gate, tx: &Tx) -> Result<(), ()> {
+    gate.state.send_modify(|g| g.reached = true);
+    let mut rx = gate.state.subscribe();
+    let open = async move {
+        // (The guard it returns is not kept across an await.)
+        let _ = rx.wait_for(|g| g.open).await.map(|_| ());
+    };
+    tokio::pin!(open);
+    loop {
+        tokio::select! {
+            _ = &mut open => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                let alive = match wire {
+                    Wire::Anthropic => anthropic_frame(json!({"type": "ping"})),
+                    Wire::Openai => Bytes::from_static(b": keep-alive\n\n"),
+                };
+                send(tx, alive).await?;
+            }
+        }
+    }
+}
+
+async fn write_script(
+    wire: Wire,
+    script: Script,
+    gate: Option<(usize, Gate)>,
+    tx: &Tx,
+) -> Result<(), ()> {
     let (text_pieces, pace, tool_calls, end_after, ending, delta_chars, numbered) = match script {
         Script::Stream {
             text,
@@ -550,6 +677,7 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
             tool_calls,
             end_after,
             ending,
+            hold: _,
         } => (
             pieces(&text, delta_chars),
             Duration::from_millis(pace_ms),
@@ -568,7 +696,10 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
             1,
             true,
         ),
-        Script::Echo { .. } | Script::Status { .. } | Script::Raw { .. } => return Ok(()),
+        Script::Echo { .. }
+        | Script::Status { .. }
+        | Script::RetryAtDate { .. }
+        | Script::Raw { .. } => return Ok(()),
     };
 
     // Opening frames.
@@ -602,6 +733,9 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
 
     let mut written = 0usize;
     for piece in &text_pieces {
+        if let Some((_, gate)) = gate.as_ref().filter(|(after, _)| *after == written) {
+            hold_at(wire, gate, tx).await?;
+        }
         if end_after == Some(written) {
             return finish_early(wire, &ending, tx).await;
         }
@@ -618,6 +752,9 @@ async fn write_script(wire: Wire, script: Script, tx: &Tx) -> Result<(), ()> {
             tokio::task::yield_now().await;
         }
         written += 1;
+    }
+    if let Some((_, gate)) = gate.as_ref().filter(|(after, _)| *after >= written) {
+        hold_at(wire, gate, tx).await?;
     }
     if end_after.is_some() || !matches!(ending, Ending::Complete) {
         return finish_early(wire, &ending, tx).await;
