@@ -112,17 +112,16 @@ async fn the_reply_goes_on_after_its_only_subscriber_detaches() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_late_attach_replays_from_the_first_event_then_follows_live() {
     let stub = Stub::start().await.unwrap();
-    stub.push(
-        Script::text(ANSWER)
-            .deltas_of(3)
-            .paced(Duration::from_millis(15)),
-    );
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(3).held_after(5, &gate));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let chat = service.new_chat(None).await.unwrap().id;
     let reply = service.ask(chat, "question").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    // Halfway through, a window attaches.
+    reached(&gate).await;
     let mut late = service.attach(chat).await.unwrap();
+    gate.release();
     let events = until_end(&mut late, reply).await;
     assert!(matches!(events[0], Event::ReplyStarted { .. }));
     assert!(matches!(events[1], Event::Running { .. }));
@@ -130,20 +129,78 @@ async fn a_late_attach_replays_from_the_first_event_then_follows_live() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_attachment_that_falls_behind_gets_every_later_reply_whole_and_in_order() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let chat = service.new_chat(None).await.unwrap().id;
+    // Two replies behind (a voice loop still speaking the first answer while two queued questions
+    // are answered), then further behind than the replies a chat keeps in memory.
+    let mut before = None;
+    for count in [3, 12] {
+        let mut lagging = service.attach(chat).await.unwrap();
+        let mut watcher = service.attach(chat).await.unwrap();
+        let mut asked = Vec::new();
+        for i in 0..count {
+            let answer = format!("Answer {i} of {count}: the sky is blue.");
+            stub.push(Script::text(&answer).deltas_of(5));
+            let reply = service.ask(chat, &format!("Question {i}?")).await.unwrap();
+            until_end(&mut watcher, reply).await;
+            asked.push((reply, answer));
+        }
+        // Only now does the lagging attachment read: the reply it attached at first, then all.
+        let mut seen: Vec<(jarvis::ReplyId, Vec<Event>)> = Vec::new();
+        let last = asked.last().unwrap().0;
+        let read = async {
+            loop {
+                let event = lagging.next().await.expect("the service runs");
+                let reply = event.reply();
+                let end = matches!(event, Event::ReplyEnded { .. });
+                match seen.last_mut() {
+                    Some((r, events)) if *r == reply => events.push(event),
+                    _ => seen.push((reply, vec![event])),
+                }
+                if end && reply == last {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(LIMIT, read)
+            .await
+            .expect("the lagging attachment reached the last reply");
+        if let Some(previous) = before {
+            assert_eq!(seen[0].0, previous, "it starts at the current reply");
+            seen.remove(0);
+        }
+        let order: Vec<_> = seen.iter().map(|(r, _)| *r).collect();
+        let expected: Vec<_> = asked.iter().map(|(r, _)| *r).collect();
+        assert_eq!(order, expected, "every reply, in order, none skipped");
+        for ((reply, events), (_, answer)) in seen.iter().zip(&asked) {
+            assert!(
+                matches!(events[0], Event::ReplyStarted { .. }),
+                "reply {reply} from its start: {events:?}"
+            );
+            assert_eq!(&text_of(events), answer, "reply {reply} whole");
+            assert_eq!(ending(events), (ReplyState::Done, None));
+        }
+        before = Some(last);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_second_question_in_a_replying_chat_is_refused_as_busy() {
     let stub = Stub::start().await.unwrap();
-    stub.push(
-        Script::text(ANSWER)
-            .deltas_of(4)
-            .paced(Duration::from_millis(10)),
-    );
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(4).held_after(2, &gate));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let (chat, reply, mut attachment) = ask_new(&service, "first").await;
+    reached(&gate).await;
     match service.ask(chat, "second").await {
         Err(AskError::Busy(busy)) => assert_eq!(busy, chat),
         other => panic!("expected busy, got {other:?}"),
     }
+    gate.release();
     // The refusal cancelled nothing.
     let events = until_end(&mut attachment, reply).await;
     assert_eq!(
@@ -170,9 +227,16 @@ async fn a_second_question_in_a_replying_chat_is_refused_as_busy() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
     let stub = Stub::start().await.unwrap();
+    // The first chat's answer runs until the others are seen waiting.
+    let gate = stub.gate();
+    stub.push(
+        Script::text("You said: first question")
+            .deltas_of(2)
+            .held_after(1, &gate),
+    );
     stub.set_default(Script::Echo {
         delta_chars: 2,
-        pace_ms: 10,
+        pace_ms: 0,
     });
     let dir = Dir::new();
     let mut s = settings(BackendKind::Openai, &stub);
@@ -204,6 +268,7 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
         1,
         "only the first chat's request is out"
     );
+    gate.release();
 
     a_events.extend(until_end(&mut att_a, a).await);
     assert_eq!(ending(&a_events).0, ReplyState::Done);
@@ -229,11 +294,9 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_keeps_what_was_written_and_marks_it_stopped() {
     let stub = Stub::start().await.unwrap();
-    stub.push(
-        Script::text(ANSWER)
-            .deltas_of(2)
-            .paced(Duration::from_millis(30)),
-    );
+    // Four deltas are written, then the reply runs until it is stopped.
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(2).held_after(4, &gate));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Anthropic, &stub));
     let (chat, reply, mut attachment) = ask_new(&service, "question").await;
@@ -275,11 +338,8 @@ async fn stop_keeps_what_was_written_and_marks_it_stopped() {
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_but_stop_cancels_a_reply() {
     let stub = Stub::start().await.unwrap();
-    stub.push(
-        Script::text(ANSWER)
-            .deltas_of(4)
-            .paced(Duration::from_millis(15)),
-    );
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(4).held_after(1, &gate));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let (chat, reply, attachment) = ask_new(&service, "question").await;
@@ -293,6 +353,7 @@ async fn nothing_but_stop_cancels_a_reply() {
     ));
     let store = service.store().clone();
     drop(service);
+    gate.release();
 
     tokio::time::timeout(LIMIT, async {
         loop {
@@ -311,19 +372,18 @@ async fn nothing_but_stop_cancels_a_reply() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_while_waiting_ends_the_reply_without_asking_the_model() {
     let stub = Stub::start().await.unwrap();
-    stub.set_default(Script::Echo {
-        delta_chars: 1,
-        pace_ms: 20,
-    });
+    let gate = stub.gate();
+    stub.push(Script::text("The first answer.").held_after(1, &gate));
     let dir = Dir::new();
     let mut s = settings(BackendKind::Openai, &stub);
     s.replies.max_concurrent = 1;
     let service = service(&dir, s);
-    let (_, a, mut att_a) = ask_new(&service, "a long enough question").await;
+    let (_, a, mut att_a) = ask_new(&service, "a question").await;
     let (chat_b, b, mut att_b) = ask_new(&service, "second").await;
     assert!(service.stop(chat_b).await.unwrap());
     let events = until_end(&mut att_b, b).await;
     assert_eq!(ending(&events).0, ReplyState::Stopped);
+    gate.release();
     until_end(&mut att_a, a).await;
     assert_eq!(
         stub.received().len(),
@@ -367,11 +427,8 @@ async fn a_failed_reply_can_be_tried_again_and_its_partial_answer_is_not_resent(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replying_chat_is_not_deleted_and_an_idle_one_is_deleted_whole() {
     let stub = Stub::start().await.unwrap();
-    stub.push(
-        Script::text(ANSWER)
-            .deltas_of(4)
-            .paced(Duration::from_millis(10)),
-    );
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(4).held_after(1, &gate));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let (chat, reply, mut attachment) = ask_new(&service, "question").await;
@@ -379,6 +436,7 @@ async fn a_replying_chat_is_not_deleted_and_an_idle_one_is_deleted_whole() {
         service.delete_chat(chat).await,
         Err(AskError::Busy(_))
     ));
+    gate.release();
     let events = until_end(&mut attachment, reply).await;
     assert_eq!(
         (text_of(&events).as_str(), ending(&events).0),

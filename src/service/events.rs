@@ -1,12 +1,13 @@
 //! The events every subscriber reads, each reply's event log, and attachments that replay a log
 //! from its first event and then follow it live.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::store::{ChatId, RecordId, Reply, ReplyId, ReplyState};
+use crate::store::{ChatId, RecordId, Reply, ReplyId, ReplyState, Store};
 
 /// Shown while a reply waits for a one-at-a-time backend.
 pub const WAITING_MESSAGE: &str = "Waiting for the reply in another chat to finish…";
@@ -98,17 +99,20 @@ pub(crate) struct LogState {
 
 /// One reply's events, kept whole so a late attacher gets them from the first.
 pub(crate) struct ReplyLog {
+    reply: ReplyId,
     tx: watch::Sender<LogState>,
 }
 
 impl ReplyLog {
-    pub(crate) fn new() -> Arc<ReplyLog> {
+    pub(crate) fn new(reply: ReplyId) -> Arc<ReplyLog> {
         Arc::new(ReplyLog {
+            reply,
             tx: watch::Sender::new(LogState::default()),
         })
     }
 
-    /// A closed log standing for a reply read from the store (after a restart).
+    /// A closed log standing for a reply read from the store (after a restart, or one that an
+    /// attachment fell too far behind to find in memory).
     pub(crate) fn from_stored(reply: &Reply) -> Arc<ReplyLog> {
         let mut events = vec![Event::ReplyStarted {
             chat: reply.chat,
@@ -129,6 +133,7 @@ impl ReplyLog {
             });
         }
         Arc::new(ReplyLog {
+            reply: reply.id,
             tx: watch::Sender::new(LogState {
                 events,
                 closed: true,
@@ -154,44 +159,90 @@ impl ReplyLog {
     }
 }
 
+/// How many of a chat's replies stay in memory for attachments that fall behind; an attachment
+/// further behind reads the ones in between back from the store.
+const KEPT_LOGS: usize = 8;
+
+/// A chat's replies in the order they started, the newest last.
+#[derive(Default)]
+pub(crate) struct HubState {
+    logs: VecDeque<Arc<ReplyLog>>,
+    /// The newest reply whose log was let go (it had ended): the store has it.
+    let_go: Option<ReplyId>,
+}
+
+/// Where a chat's attachments find its replies: every one of them, in order, so an attachment
+/// that lags (a voice loop busy speaking, a window on a loaded machine) never skips a reply.
+pub(crate) struct Hub {
+    tx: watch::Sender<HubState>,
+}
+
+impl Hub {
+    /// A hub whose current reply is `last` (read from the store), if the chat has one.
+    pub(crate) fn new(last: Option<Arc<ReplyLog>>) -> Hub {
+        Hub {
+            tx: watch::Sender::new(HubState {
+                logs: last.into_iter().collect(),
+                let_go: None,
+            }),
+        }
+    }
+
+    /// A reply started: attachments go on to it once they have read the ones before.
+    pub(crate) fn publish(&self, log: Arc<ReplyLog>) {
+        self.tx.send_modify(|hub| {
+            hub.logs.push_back(log);
+            while hub.logs.len() > KEPT_LOGS && hub.logs.front().is_some_and(|l| l.is_closed()) {
+                hub.let_go = hub.logs.pop_front().map(|l| l.reply);
+            }
+        });
+    }
+
+    pub(crate) fn receiver_count(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// An attachment that starts at the current reply's first event.
+    pub(crate) fn attach(&self, store: Store, chat: ChatId) -> Attachment {
+        let mut hub = self.tx.subscribe();
+        let current = hub
+            .borrow_and_update()
+            .logs
+            .back()
+            .map(|log| (log.clone(), log.tx.subscribe()));
+        Attachment {
+            hub,
+            store,
+            chat,
+            current,
+            index: 0,
+        }
+    }
+}
+
 /// A subscriber to one chat: it replays the current (or last) reply from its first event, follows
-/// it live, then goes on to the chat's next replies. Dropping it never touches a reply.
+/// it live, then every later reply of the chat in order, however far behind it falls. Dropping it
+/// never touches a reply.
 pub struct Attachment {
-    hub: watch::Receiver<Option<Arc<ReplyLog>>>,
+    hub: watch::Receiver<HubState>,
+    /// Where the replies let go from memory are read back.
+    store: Store,
+    chat: ChatId,
     current: Option<(Arc<ReplyLog>, watch::Receiver<LogState>)>,
     index: usize,
 }
 
 impl Attachment {
-    pub(crate) fn new(hub: watch::Receiver<Option<Arc<ReplyLog>>>) -> Attachment {
-        Attachment {
-            hub,
-            current: None,
-            index: 0,
-        }
-    }
-
-    /// The next event; `None` once the service has stopped. Cancel-safe.
+    /// The next event; `None` once the service has stopped or the chat was deleted. Cancel-safe.
     pub async fn next(&mut self) -> Option<Event> {
         loop {
-            let latest = self.hub.borrow_and_update().clone();
-            if let Some(latest) = latest {
-                let switch = match &self.current {
-                    None => true,
-                    Some((log, rx)) => {
-                        !Arc::ptr_eq(log, &latest) && {
-                            let state = rx.borrow();
-                            state.closed && self.index >= state.events.len()
-                        }
-                    }
-                };
-                if switch {
-                    let rx = latest.tx.subscribe();
-                    self.current = Some((latest, rx));
-                    self.index = 0;
+            if self.current.is_none() {
+                // Attached before the chat's first reply: follow it from its start.
+                if let Some(first) = self.after(ReplyId(i64::MIN)).await {
+                    self.follow(first);
                 }
             }
-            if let Some((_, rx)) = &mut self.current {
+            if let Some((log, rx)) = &mut self.current {
                 // The guard is scoped so the future stays `Send` (attachments run on any thread).
                 let open = {
                     let state = rx.borrow_and_update();
@@ -204,6 +255,11 @@ impl Attachment {
                 if open {
                     // The log's sender lives as long as the log we hold, so this only wakes on a push.
                     let _ = rx.changed().await;
+                    continue;
+                }
+                let read = log.reply;
+                if let Some(next) = self.after(read).await {
+                    self.follow(next);
                     continue;
                 }
             }
@@ -222,18 +278,49 @@ impl Attachment {
             }
         }
     }
+
+    fn follow(&mut self, log: Arc<ReplyLog>) {
+        let rx = log.tx.subscribe();
+        self.current = Some((log, rx));
+        self.index = 0;
+    }
+
+    /// The chat's reply after `read`: from memory, or from the store when the ones in between
+    /// were let go. Cancel-safe: nothing changes until it returns.
+    async fn after(&mut self, read: ReplyId) -> Option<Arc<ReplyLog>> {
+        let (kept, let_go) = {
+            let hub = self.hub.borrow_and_update();
+            let kept = hub.logs.iter().find(|l| l.reply > read).cloned();
+            (kept, hub.let_go)
+        };
+        if let_go.is_some_and(|gone| gone > read) {
+            let (store, chat) = (self.store.clone(), self.chat);
+            match super::blocking(move || store.reply_after(chat, read)).await {
+                Ok(Some(stored)) if kept.as_ref().is_none_or(|k| stored.id < k.reply) => {
+                    return Some(ReplyLog::from_stored(&stored));
+                }
+                Ok(_) => {}
+                // The rest is still in memory; only the replies in between are missed.
+                Err(err) => tracing::warn!(%err, %chat, "could not read a reply back"),
+            }
+        }
+        kept
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn assert_send<T: Send>(_: &T) {}
 
     #[test]
     fn an_attachment_can_be_followed_from_any_thread() {
-        let (_hub, rx) = watch::channel(None);
-        let mut attachment = Attachment::new(rx);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("jarvis.db"), Duration::from_secs(1)).unwrap();
+        let mut attachment = Hub::new(None).attach(store, ChatId(1));
         assert_send(&attachment.next());
     }
 

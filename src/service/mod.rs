@@ -29,7 +29,7 @@ use crate::config::{RetrySettings, Settings};
 use crate::llm::Backend;
 use crate::prompt::Mode;
 use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError};
-use events::ReplyLog;
+use events::{Hub, ReplyLog};
 use voice::Voice;
 
 /// Why the service could not do something.
@@ -539,7 +539,7 @@ struct Running {
 }
 
 struct ChatState {
-    hub: watch::Sender<Option<Arc<ReplyLog>>>,
+    hub: Hub,
     running: Option<Running>,
 }
 
@@ -733,7 +733,7 @@ impl Actor {
             })
             .await?;
             let state = ChatState {
-                hub: watch::Sender::new(last.as_ref().map(ReplyLog::from_stored)),
+                hub: Hub::new(last.as_ref().map(ReplyLog::from_stored)),
                 running: None,
             };
             self.chats.insert(chat, state);
@@ -776,8 +776,9 @@ impl Actor {
     }
 
     async fn attach(&mut self, chat: ChatId) -> Result<Attachment, ServiceError> {
+        let store = self.store_of(chat).clone();
         let state = self.chat_state(chat).await?;
-        Ok(Attachment::new(state.hub.subscribe()))
+        Ok(state.hub.attach(store, chat))
     }
 
     /// Starts a reply: to a new question (`Some(text)`) or again to the last one (`None`).
@@ -831,7 +832,7 @@ impl Actor {
             Start::Started(question, reply) => (question, reply),
         };
         let done = self.done.upgrade().ok_or(ServiceError::Gone)?;
-        let log = ReplyLog::new();
+        let log = ReplyLog::new(reply);
         let cancel = CancellationToken::new();
         let job = reply::ReplyJob {
             chat,
@@ -851,7 +852,7 @@ impl Actor {
             housekeeping_gives_way,
         };
         let state = self.chat_state(chat).await?;
-        state.hub.send_replace(Some(log.clone()));
+        state.hub.publish(log.clone());
         state.running = Some(Running { reply, cancel, log });
         tokio::spawn(job.run());
         Ok(reply)

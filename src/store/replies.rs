@@ -184,6 +184,21 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The chat's first reply after `reply`.
+    pub fn reply_after(&self, chat: ChatId, reply: ReplyId) -> Result<Option<Reply>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!(
+                    "SELECT {REPLY_COLUMNS} FROM replies WHERE chat_id = ?1 AND id > ?2 \
+                     ORDER BY id LIMIT 1"
+                ),
+                [chat.0, reply.0],
+                reply_from_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// All replies of a chat, oldest first.
     pub fn replies(&self, chat: ChatId) -> Result<Vec<Reply>, StoreError> {
         let conn = self.lock();

@@ -113,6 +113,13 @@ pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event
     events
 }
 
+/// Waits until a stream is held at `gate`; panics if none gets there within [`LIMIT`].
+pub async fn reached(gate: &jarvis_stub::Gate) {
+    tokio::time::timeout(LIMIT, gate.reached())
+        .await
+        .unwrap_or_else(|_| panic!("no reply reached its gate within {LIMIT:?}"));
+}
+
 /// The text of a reply's deltas.
 pub fn text_of(events: &[Event]) -> String {
     events
