@@ -81,10 +81,12 @@ async fn ask_streams_the_reply_and_another_process_shows_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chat_replying_in_another_process_refuses_a_second_question() {
     let stub = Stub::start().await.unwrap();
+    // The first process replies until the second has been refused.
+    let gate = stub.gate();
     stub.push(
         Script::text("A slow and steady answer.")
             .deltas_of(1)
-            .paced(Duration::from_millis(40)),
+            .held_after(1, &gate),
     );
     let dir = Dir::new();
     let mut first = jarvis(&dir);
@@ -104,6 +106,7 @@ async fn a_chat_replying_in_another_process_refuses_a_second_question() {
     let (code, _, stderr) = output(second.args(["ask", "--chat", "1", "me too"])).await;
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("chat 1 is still replying"), "{stderr}");
+    gate.release();
     let status = tokio::time::timeout(LIMIT, child.wait())
         .await
         .unwrap()
@@ -115,11 +118,9 @@ async fn a_chat_replying_in_another_process_refuses_a_second_question() {
 async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
     let stub = Stub::start().await.unwrap();
     let answer = "First sentence here. Second one follows. Third never ends because";
-    stub.push(
-        Script::text(answer)
-            .deltas_of(3)
-            .paced(Duration::from_millis(25)),
-    );
+    // Held after "First sentence here. Second" until the process is killed.
+    let gate = stub.gate();
+    stub.push(Script::text(answer).deltas_of(3).held_after(9, &gate));
     let dir = Dir::new();
     let mut ask = jarvis(&dir);
     at_stub(&mut ask, &stub);
@@ -131,8 +132,20 @@ async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
     read_until(&mut stdout, "Second").await;
-    // Give the first sentence's progress write time to land, then SIGKILL.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Once the first sentence's progress is stored (the process writes it within a tick), SIGKILL.
+    let store = dir.store();
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let stored = store.last_reply(jarvis::ChatId(1)).unwrap();
+            if stored.is_some_and(|r| r.text.starts_with("First sentence here.")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first sentence was stored");
+    drop(store);
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 
@@ -316,10 +329,11 @@ async fn a_malformed_settings_file_is_a_clear_error_naming_file_line_and_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_during_ask_stops_the_reply_and_keeps_its_text() {
     let stub = Stub::start().await.unwrap();
+    let gate = stub.gate();
     stub.push(
         Script::text("One word at a time, slowly.")
             .deltas_of(4)
-            .paced(Duration::from_millis(60)),
+            .held_after(1, &gate),
     );
     let dir = Dir::new();
     let mut ask = jarvis(&dir);
@@ -630,11 +644,13 @@ async fn a_reader_that_goes_away_ends_a_command_quietly_and_a_streamed_answer_is
         assert_eq!((code, stderr.as_str()), (0, ""), "jarvis {args:?}");
     }
 
-    // An answer streamed into a pipe nobody reads: stopped, with what was written kept.
+    // An answer streamed into a pipe nobody reads: stopped, with what was written kept (the
+    // rest is held back until then).
+    let gate = stub.gate();
     stub.push(
         Script::text("One. Two. Three. Four. Five. Six.")
             .deltas_of(5)
-            .paced(Duration::from_millis(100)),
+            .held_after(1, &gate),
     );
     let mut cmd = jarvis(&dir);
     at_stub(&mut cmd, &stub);
@@ -713,10 +729,12 @@ async fn the_programs_jarvis_runs_never_inherit_an_api_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_jarvis_started_during_a_reply_whose_lease_ran_out_leaves_it_to_its_owner() {
     let stub = Stub::start().await.unwrap();
+    // The answer is held after "A slow answer." until another Jarvis has started.
+    let gate = stub.gate();
     stub.push(
         Script::text("A slow answer. It goes on. And it ends.")
             .deltas_of(2)
-            .paced(Duration::from_millis(30)),
+            .held_after(7, &gate),
     );
     let dir = Dir::new();
     drop(dir.store());
@@ -746,7 +764,11 @@ async fn a_second_jarvis_started_during_a_reply_whose_lease_ran_out_leaves_it_to
     let (code, chats, stderr) = output(jarvis(&dir).arg("chats")).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(chats.starts_with("1\trunning\t"), "{chats}");
-    stdout.read_to_end(&mut seen).await.unwrap();
+    gate.release();
+    tokio::time::timeout(LIMIT, stdout.read_to_end(&mut seen))
+        .await
+        .expect("the answer ended")
+        .unwrap();
     assert!(child.wait().await.unwrap().success());
 
     let store = dir.store();

@@ -269,9 +269,10 @@ async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is
     rig.session.start_voice().await;
     assert_eq!(rig.maker.builds().len(), 1);
 
-    rig.stub.push(
-        Script::text("A slow answer, word by word, to the end.").paced(Duration::from_millis(150)),
-    );
+    // The voice reply runs until the test has looked for a restart during it.
+    let gate = rig.stub.gate();
+    rig.stub
+        .push(Script::text("A slow answer, word by word, to the end.").held_after(1, &gate));
     rig.session
         .service()
         .voice_ask("Take your time.")
@@ -282,21 +283,21 @@ async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is
     let applied = rig.session.apply(form).await.unwrap();
     assert!(applied.voice && !applied.backend, "{applied:?}");
 
+    // A restart that did not wait for the reply would come within this time.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(
-        rig.session
-            .service()
-            .voice_status()
-            .borrow()
-            .replying
-            .is_some(),
-        "the reply ended too soon for the test"
-    );
+    assert!(rig
+        .session
+        .service()
+        .voice_status()
+        .borrow()
+        .replying
+        .is_some());
     assert_eq!(
         rig.maker.builds().len(),
         1,
         "the loop restarted during the reply"
     );
+    gate.release();
 
     rig.until("the new voice loop", || rig.maker.builds().len() == 2)
         .await;

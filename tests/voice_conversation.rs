@@ -11,14 +11,19 @@ use jarvis::service::{
 };
 use jarvis::store::Role;
 use jarvis::{AskError, Event, ReplyState, Service, ServiceOptions};
-use jarvis_stub::{Script, Stub};
+use jarvis_stub::{Gate, Script, Stub};
 use support::*;
 
-/// A reply slow enough to ask over: 40 deltas, 25 ms apart.
-fn slow(text: &str) -> Script {
-    Script::text(text)
-        .deltas_of(text.len().div_ceil(40).max(1))
-        .paced(Duration::from_millis(25))
+/// Queues a reply that runs until the test releases its gate: its first delta written, the rest
+/// held, so it can be asked over, hidden from or stopped whatever the machine's load.
+fn held(stub: &Stub, text: &str) -> Gate {
+    let gate = stub.gate();
+    stub.push(
+        Script::text(text)
+            .deltas_of(text.len().div_ceil(40).max(1))
+            .held_after(1, &gate),
+    );
+    gate
 }
 
 fn started(ticket: VoiceTicket) -> jarvis::ReplyId {
@@ -98,7 +103,7 @@ impl Orb {
 #[tokio::test(flavor = "multi_thread")]
 async fn questions_asked_during_a_reply_wait_then_are_answered_in_order_nothing_cancelled() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("The first answer is long and slow. It goes on."));
+    let first = held(&stub, "The first answer is long and slow. It goes on.");
     stub.push(Script::text("Second answer."));
     stub.push(Script::text("Third answer."));
     let dir = Dir::new();
@@ -112,6 +117,7 @@ async fn questions_asked_during_a_reply_wait_then_are_answered_in_order_nothing_
     let status = orb.status_until(|s| s.queue.len() == 2).await;
     let waiting: Vec<&str> = status.queue.iter().map(|q| q.text.as_str()).collect();
     assert_eq!(waiting, ["Second question", "Third question"]);
+    first.release();
 
     let ended = orb.endings(3).await;
     assert_eq!(
@@ -151,7 +157,7 @@ async fn questions_asked_during_a_reply_wait_then_are_answered_in_order_nothing_
 #[tokio::test(flavor = "multi_thread")]
 async fn the_queue_holds_four_and_remove_withdraws_a_waiting_question() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("A slow first answer that takes a while to write."));
+    let first = held(&stub, "A slow first answer that takes a while to write.");
     stub.push(Script::text("Answer to q1."));
     stub.push(Script::text("Answer to q3."));
     stub.push(Script::text("Answer to q4."));
@@ -171,6 +177,7 @@ async fn the_queue_holds_four_and_remove_withdraws_a_waiting_question() {
     let status = orb.status_until(|s| s.queue.len() == 3).await;
     let waiting: Vec<&str> = status.queue.iter().map(|q| q.text.as_str()).collect();
     assert_eq!(waiting, ["q1", "q3", "q4"]);
+    first.release();
 
     let ended = orb.endings(4).await;
     assert!(ended.iter().all(|(state, _)| *state == ReplyState::Done));
@@ -194,10 +201,11 @@ async fn queue_all<const N: usize>(service: &Service, questions: [&str; N]) -> V
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_cuts_the_reply_keeps_its_text_and_drops_every_waiting_question() {
     let stub = Stub::start().await.unwrap();
+    let _running = stub.gate(); // never released: only the stop ends it
     stub.push(
         Script::text("One. Two. Three. Four. Five. Six. Seven. Eight.")
             .deltas_of(5)
-            .paced(Duration::from_millis(60)),
+            .held_after(2, &_running),
     );
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
@@ -227,21 +235,23 @@ async fn stop_cuts_the_reply_keeps_its_text_and_drops_every_waiting_question() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reply_that_ends_while_no_window_watches_is_answered_while_away() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("Written while the orb was hidden."));
+    let gate = held(&stub, "Written while the orb was hidden.");
     stub.push(Script::text("Watched this time."));
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let orb = Orb::attach(&service).await;
     let reply = started(service.voice_ask("Tell me something").await.unwrap());
     drop(orb); // the orb is hidden mid-reply: it only detaches
-    let store = dir.store();
-    tokio::time::timeout(LIMIT, async {
-        while store.reply(reply).unwrap().unwrap().state != ReplyState::Done {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
+    gate.release();
+    let mut status = service.voice_status();
+    tokio::time::timeout(LIMIT, status.wait_for(|s| s.answered_away == Some(reply)))
+        .await
+        .expect("the reply was answered while away")
+        .unwrap();
+    assert_eq!(
+        dir.store().reply(reply).unwrap().unwrap().state,
+        ReplyState::Done
+    );
 
     // Shown again: the status says answered while away, the microphone stays shut, and the
     // reply replays whole.
@@ -270,7 +280,7 @@ async fn a_reply_that_ends_while_no_window_watches_is_answered_while_away() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mode_chosen_during_a_reply_takes_effect_once_it_is_answered() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("Some answer that takes a moment."));
+    let gate = held(&stub, "Some answer that takes a moment.");
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let mut orb = Orb::attach(&service).await;
@@ -289,6 +299,7 @@ async fn a_mode_chosen_during_a_reply_takes_effect_once_it_is_answered() {
     let status = orb.status_until(|s| s.pending_mode.is_some()).await;
     assert_eq!(status.mode, ListenMode::HandsFree, "not during the reply");
     assert_eq!(status.pending_mode, Some(ListenMode::Wake));
+    gate.release();
     let status = orb.status_until(|s| s.replying.is_none()).await;
     assert_eq!(status.mode, ListenMode::Wake);
     assert_eq!(status.pending_mode, None);
@@ -297,7 +308,7 @@ async fn a_mode_chosen_during_a_reply_takes_effect_once_it_is_answered() {
 #[tokio::test(flavor = "multi_thread")]
 async fn push_to_talk_press_and_release_reach_the_conversation_and_cancel_nothing() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("An answer that must not be cut by the shortcut."));
+    let gate = held(&stub, "An answer that must not be cut by the shortcut.");
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let mut orb = Orb::attach(&service).await;
@@ -306,6 +317,7 @@ async fn push_to_talk_press_and_release_reach_the_conversation_and_cancel_nothin
     orb.status_until(|s| s.listening).await;
     service.push_to_talk(false).await.unwrap();
     orb.status_until(|s| !s.listening).await;
+    gate.release();
     let ended = orb.endings(1).await;
     assert_eq!(ended[0].0, ReplyState::Done);
 }
@@ -386,8 +398,9 @@ async fn an_unwatched_idle_conversation_is_forgotten_after_the_keep_time() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_reply_from_the_tray_stops_every_reply_and_the_activity_says_so() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("The chat window's long reply, written slowly."));
-    stub.push(slow("The orb's long reply, also written slowly."));
+    // Neither is released: only Stop reply ends them.
+    let _chat = held(&stub, "The chat window's long reply, written slowly.");
+    let _orb = held(&stub, "The orb's long reply, also written slowly.");
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let mut activity = service.activity();
@@ -522,7 +535,7 @@ async fn a_question_typed_into_the_orb_is_told_as_typed_even_while_the_microphon
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fifth_spoken_question_is_not_taken_and_the_orb_is_told_so() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("A slow first answer that takes a while to write."));
+    let _first = held(&stub, "A slow first answer that takes a while to write.");
     let dir = Dir::new();
     let service = service(&dir, settings(BackendKind::Openai, &stub));
     let mut orb = Orb::attach(&service).await;
@@ -593,7 +606,7 @@ async fn hiding_the_orb_closes_the_microphone_and_showing_it_never_opens_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_listening() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("The answer that was asked for, written slowly."));
+    let gate = held(&stub, "The answer that was asked for, written slowly.");
     let dir = Dir::new();
     let mut s = settings(BackendKind::Openai, &stub);
     s.voice.mode = ListenMode::Wake;
@@ -609,6 +622,7 @@ async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_l
     // Closed at once (what follows needs the wake word), the reply still running.
     let status = orb.status_until(|s| !s.awake).await;
     assert_eq!(status.replying, Some(reply));
+    gate.release();
     let status = orb.status_until(|s| s.chat.is_none()).await;
     assert!(status.listening, "still listening for the wake word");
     let mut sent = Vec::new();
@@ -633,7 +647,7 @@ async fn a_goodbye_ends_the_conversation_after_the_reply_in_progress_and_keeps_l
 #[tokio::test(flavor = "multi_thread")]
 async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead_of_the_queue() {
     let stub = Stub::start().await.unwrap();
-    stub.push(slow("I can set an alarm for seven. Shall I set it?"));
+    let gate = held(&stub, "I can set an alarm for seven. Shall I set it?");
     stub.push(Script::text("Alright, no alarm."));
     stub.push(Script::text("It will be sunny."));
     let dir = Dir::new();
@@ -648,6 +662,7 @@ async fn after_an_answer_that_asks_the_user_what_comes_next_is_their_reply_ahead
         )
         .await,
     );
+    gate.release();
     orb.endings(1).await;
     // The question waiting does not start: Jarvis waits for the answer to its own.
     let status = orb.status_until(|s| s.replying.is_none()).await;
@@ -701,9 +716,10 @@ async fn with_saving_off_no_word_of_the_voice_conversation_reaches_the_disk() {
         "remember_fact",
         r#"{"fact": "The user's cat is called Tiger."}"#,
     ));
-    stub.push(slow(
+    let gate = held(
+        &stub,
         "Noted. The zebra sleeps standing up, said the giraffe.",
-    ));
+    );
     stub.push(Script::text("The okapi, of course."));
     let dir = Dir::new();
     let mut s = settings(BackendKind::Openai, &stub);
@@ -720,8 +736,10 @@ async fn with_saving_off_no_word_of_the_voice_conversation_reaches_the_disk() {
     );
     // Mid-reply (a crash now would leave whatever is on disk), and after it.
     while !matches!(orb.next().await, VoiceUpdate::Event(Event::Delta { .. })) {}
+    // Progress is stored every 50 ms here: what a reply in progress leaves on disk is there now.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let mid = all_bytes_under(dir.path());
+    gate.release();
     orb.endings(1).await;
     let chat = orb
         .status_until(|s| s.replying.is_none())

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use jarvis::config::BackendKind;
-use jarvis::service::{ListenMode, VoiceAttachment, VoiceStatus};
+use jarvis::service::{ListenMode, VoiceAttachment, VoiceStatus, VoiceUpdate};
 use jarvis::store::Role;
 use jarvis::voice::fixtures::{self, cough, knock, silence};
 use jarvis::voice::pipeline::{VoiceOptions, WakeFactory};
@@ -17,7 +17,7 @@ use jarvis::voice::{
     models, AudioSink, Clip, Espeak, Feed, FeedSource, Heard, Recorder, Transcriber,
     UtteranceReport, VoiceLoop, VoiceParts, SAMPLE_RATE,
 };
-use jarvis::{ReplyState, Service};
+use jarvis::{Event, ReplyId, ReplyState, Service};
 use jarvis_stub::{Script, Stub};
 use support::*;
 use tokio::sync::broadcast;
@@ -151,19 +151,73 @@ impl Rig {
     }
 
     /// Asks a question aloud; returns the reply it started (nothing else is running).
-    async fn ask(&mut self, question: &str) -> jarvis::ReplyId {
+    async fn ask(&mut self, question: &str) -> ReplyId {
         let heard = self.say(&speech(question)).await;
         assert_eq!(heard.heard, Heard::Question, "{heard:?}");
-        self.until("the reply", |s| s.replying.is_some())
+        self.next_reply().await
+    }
+
+    /// The next of the conversation's replies to start, as the orb is told of it: its events
+    /// miss no reply, however short, where a look at the status could.
+    async fn next_reply(&mut self) -> ReplyId {
+        let orb = self.orb.as_mut().expect("the orb is shown");
+        let wait = async {
+            loop {
+                if let VoiceUpdate::Event(Event::ReplyStarted { reply, .. }) =
+                    orb.next().await.expect("the service stopped")
+                {
+                    return reply;
+                }
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
             .await
-            .replying
-            .unwrap()
+            .expect("timed out waiting for a reply to start")
+    }
+
+    /// Waits for `reply` to end, as the orb is told of it; how it ended.
+    async fn end_of(&mut self, reply: ReplyId) -> ReplyState {
+        let orb = self.orb.as_mut().expect("the orb is shown");
+        let wait = async {
+            loop {
+                if let VoiceUpdate::Event(Event::ReplyEnded {
+                    reply: r, state, ..
+                }) = orb.next().await.expect("the service stopped")
+                {
+                    if r == reply {
+                        return state;
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for reply {reply} to end"))
+    }
+
+    /// Waits until `done` holds of what the speaker played.
+    async fn until_played(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
+        let wait = async {
+            while !done(&self.recorder) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    }
+
+    /// Waits until the microphone has heard everything said into it.
+    async fn until_heard_all(&self) {
+        tokio::time::timeout(LIMIT, self.feed.until_quiet())
+            .await
+            .expect("timed out waiting for the microphone to hear what was said");
     }
 
     /// Says a clip that must never reach speech-to-text; returns once it has all been heard.
     async fn say_quietly(&mut self, clip: &Clip) {
         self.feed.say(&clip.clone().then(&silence(600)));
-        self.feed.until_quiet().await;
+        self.until_heard_all().await;
     }
 
     async fn records(&self) -> Vec<jarvis::store::Record> {
@@ -197,7 +251,10 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
     let answer =
         "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    rig.stub.push(streamed(answer));
+    // The reply is held after its first sentence until that sentence is heard.
+    let gate = rig.stub.gate();
+    rig.stub
+        .push(Script::text(answer).deltas_of(8).held_after(4, &gate));
     let heard = rig.say(&speech("What is the capital of France?")).await;
     assert_eq!(heard.heard, Heard::Question, "{heard:?}");
     assert!(
@@ -205,32 +262,28 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
         "transcribed: {:?}",
         heard.text
     );
-    let reply = rig
-        .until("the reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
-    rig.until("the reply to end", |s| s.replying.is_none())
+    let reply = rig.next_reply().await;
+    rig.until_played("the first sentence", |r| !r.arrivals().is_empty())
         .await;
-    let ended_at = rig.recorder.made().elapsed();
+    assert!(
+        rig.status().replying == Some(reply),
+        "the first sentence plays while the reply is still written"
+    );
+    gate.release();
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.until("the voice to end", |s| !s.speaking).await;
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Done);
     assert_eq!(stored.text, answer);
     let records = rig.records().await;
     assert_eq!(records[0].role, Role::User);
     assert!(records[0].text.to_lowercase().contains("capital"));
-    // Spoken sentence by sentence: three clips, the first queued before the reply had finished.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Spoken sentence by sentence: three clips.
     let arrivals = rig.recorder.arrivals();
     assert_eq!(arrivals.len(), 3, "one clip per sentence: {arrivals:?}");
-    assert!(
-        arrivals[0].0 < ended_at,
-        "the first sentence plays before the reply ends"
-    );
     // What it said is what the answer says: the recorder's audio transcribes back to it.
-    while rig.recorder.is_playing() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    rig.until_played("the voice to end", |r| !r.is_playing())
+        .await;
     let played = rig
         .recorder
         .played_samples()
@@ -253,17 +306,14 @@ async fn a_microphone_pulled_out_while_listening_is_shown_off_with_the_reason_an
 ) {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    let opened = || async {
-        let wait = async {
-            while rig.feed.opened_at().is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(LIMIT, wait)
-            .await
-            .expect("the microphone opened");
+    let wait = async {
+        while rig.feed.opened_at().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     };
-    opened().await;
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .expect("the microphone opened");
     rig.feed.unplug();
     rig.until("listening to turn off", |s| !s.listening).await;
     let problem = tokio::time::timeout(LIMIT, rig.problems.wait_for(|p| p.is_some()))
@@ -282,8 +332,7 @@ async fn a_microphone_pulled_out_while_listening_is_shown_off_with_the_reason_an
     assert!(rig.status().listening);
     rig.stub.push(streamed("It is noon."));
     let reply = rig.ask("What time is it?").await;
-    rig.until("the reply to end", |s| s.replying.is_none())
-        .await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.text, "It is noon.");
 }
@@ -293,10 +342,12 @@ async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_rem
 {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    // The first answer runs until both questions are queued.
+    let gate = rig.stub.gate();
     rig.stub.push(
         Script::text(long_answer())
             .deltas_of(4)
-            .paced(Duration::from_millis(100)),
+            .held_after(10, &gate),
     );
     rig.stub
         .push(Script::text("Madrid is the capital of Spain."));
@@ -312,12 +363,10 @@ async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_rem
         "the running reply was not cancelled"
     );
     assert!(rig.service.voice_remove(status.queue[1].id).await.unwrap());
-    rig.until("both answered", |s| {
-        s.replying.is_none() && s.queue.is_empty() && s.replying != Some(first)
-    })
-    .await;
-    rig.until("the second to end", |s| s.replying.is_none())
-        .await;
+    gate.release();
+    assert_eq!(rig.end_of(first).await, ReplyState::Done);
+    let second = rig.next_reply().await;
+    assert_eq!(rig.end_of(second).await, ReplyState::Done);
     let replies = rig.replies().await;
     let states: Vec<ReplyState> = replies.iter().map(|r| r.state).collect();
     assert_eq!(
@@ -345,37 +394,38 @@ async fn a_question_spoken_during_a_reply_waits_and_is_answered_after_it_and_rem
 async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_over_it_is_queued() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    // The answer runs, its first two sentences written, until the question is queued.
+    let gate = rig.stub.gate();
     rig.stub.push(
         Script::text(long_answer())
             .deltas_of(4)
-            .paced(Duration::from_millis(250)),
+            .held_after(24, &gate),
     );
     rig.stub.push(Script::text("It is half past three."));
     let reply = rig.ask("Tell me about Paris.").await;
-    // Wait until Jarvis is speaking, then cough, knock, um, stay silent, and play its own first
-    // sentence back into the microphone.
-    while rig.recorder.arrivals().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    rig.say_quietly(&cough()).await;
-    rig.say_quietly(&knock()).await;
-    rig.say_quietly(&silence(1500)).await;
-    let um = rig.say(&speech("Um.")).await;
-    assert!(um.heard.ignored(), "um: {um:?}");
+    // Once both sentences are handed to the speaker, its own second sentence comes back into the
+    // microphone while it speaks; then a cough, a knock, silence and an um.
+    rig.until_played("both sentences", |r| r.arrivals().len() >= 2)
+        .await;
     let echo = rig
         .say(&speech(
             "It lies on the river Seine in the north of the country.",
         ))
         .await;
     assert_eq!(echo.heard, Heard::Echo, "its own voice: {echo:?}");
+    rig.say_quietly(&cough()).await;
+    rig.say_quietly(&knock()).await;
+    rig.say_quietly(&silence(1500)).await;
+    let um = rig.say(&speech("Um.")).await;
+    assert!(um.heard.ignored(), "um: {um:?}");
     let question = rig.say(&speech("What time is it?")).await;
     assert_eq!(question.heard, Heard::Question, "{question:?}");
     let status = rig.until("one waiting", |s| s.queue.len() == 1).await;
     assert_eq!(status.replying, Some(reply), "nothing cancelled the reply");
-    rig.until("both answered", |s| {
-        s.replying.is_none() && s.queue.is_empty()
-    })
-    .await;
+    gate.release();
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    let second = rig.next_reply().await;
+    assert_eq!(rig.end_of(second).await, ReplyState::Done);
     let replies = rig.replies().await;
     assert_eq!(replies.len(), 2, "only the real question was asked");
     assert!(replies.iter().all(|r| r.state == ReplyState::Done));
@@ -396,10 +446,12 @@ async fn noise_fillers_and_its_own_echo_change_nothing_while_a_question_said_ove
 async fn stop_said_alone_cancels_the_reply_and_the_waiting_questions_and_keeps_what_was_heard() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    // The answer runs, its first two sentences written, until the stop: nothing releases it.
+    let gate = rig.stub.gate();
     rig.stub.push(
         Script::text(long_answer())
             .deltas_of(4)
-            .paced(Duration::from_millis(60)),
+            .held_after(22, &gate),
     );
     let asked = rig
         .say(&speech("Stop the timer and tell me the time."))
@@ -409,25 +461,22 @@ async fn stop_said_alone_cancels_the_reply_and_the_waiting_questions_and_keeps_w
         Heard::Question,
         "a sentence with stop in it is a question: {asked:?}"
     );
-    let reply = rig
-        .until("the reply", |s| s.replying.is_some())
-        .await
-        .replying
-        .unwrap();
+    let reply = rig.next_reply().await;
     rig.say(&speech("And what about tomorrow?")).await;
     rig.until("one waiting", |s| s.queue.len() == 1).await;
-    while rig.recorder.played() < Duration::from_millis(1500) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rig.until_played("1.5 s of its voice", |r| {
+        r.played() >= Duration::from_millis(1500)
+    })
+    .await;
     let stop = rig.say(&speech("Stop.")).await;
     assert_eq!(stop.heard, Heard::Stop);
+    assert_eq!(rig.end_of(reply).await, ReplyState::Stopped);
     let status = rig
-        .until("everything stopped", |s| {
-            s.replying.is_none() && s.queue.is_empty()
+        .until("everything stopped and quiet", |s| {
+            s.replying.is_none() && s.queue.is_empty() && !s.speaking
         })
         .await;
     assert!(status.chat.is_some(), "the conversation goes on");
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!rig.recorder.is_playing(), "its voice was cut");
     let stored = rig.service.store().reply(reply).unwrap().unwrap();
     assert_eq!(stored.state, ReplyState::Stopped);
@@ -455,9 +504,10 @@ async fn its_voice_is_lowered_to_a_fifth_while_the_user_speaks_over_it_and_comes
     rig.stub.push(streamed(long_answer()));
     rig.stub.push(Script::text("Berlin."));
     rig.say(&speech("Tell me about Paris.")).await;
-    while rig.recorder.played() < Duration::from_millis(500) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rig.until_played("0.5 s of its voice", |r| {
+        r.played() >= Duration::from_millis(500)
+    })
+    .await;
     let started = rig.recorder.made().elapsed();
     let over = rig.say(&speech("What is the capital of Germany?")).await;
     assert_eq!(over.heard, Heard::Question);
@@ -472,7 +522,7 @@ async fn its_voice_is_lowered_to_a_fifth_while_the_user_speaks_over_it_and_comes
         vec![0.2, 1.0],
         "ducked to a fifth, then back: {volumes:?}"
     );
-    assert!(rig.recorder.is_playing(), "never cut");
+    assert!(rig.status().speaking, "never cut");
     let ducked = volumes.iter().find(|v| v.volume == 0.2).unwrap();
     let back = volumes.iter().find(|v| v.volume == 1.0).unwrap();
     // The samples played in between are at a fifth of their level.
@@ -498,19 +548,24 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
         o.voice_keep = Duration::from_secs(2)
     })
     .await;
+    // The answer is still being written when the window leaves.
+    let gate = rig.stub.gate();
     rig.stub.push(
         Script::text(long_answer())
             .deltas_of(4)
-            .paced(Duration::from_millis(40)),
+            .held_after(22, &gate),
     );
     let reply = rig.ask("Tell me about Paris.").await;
-    while rig.recorder.played() < Duration::from_millis(800) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rig.until_played("0.8 s of its voice", |r| {
+        r.played() >= Duration::from_millis(800)
+    })
+    .await;
     rig.orb = None; // the orb is hidden
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    rig.until("its voice to stop", |s| !s.speaking).await;
     assert!(!rig.recorder.is_playing(), "no window, no sound");
     let clips_then = rig.recorder.arrivals().len();
+    assert_eq!(rig.status().replying, Some(reply), "the reply goes on");
+    gate.release();
     rig.until("the reply to end", |s| s.replying.is_none())
         .await;
     assert_eq!(
@@ -611,22 +666,23 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_file_is_created_during_a_whole_voice_session() {
     let _one = SERIAL.lock().await;
+    // The session's temporary folder is its own, so no other test's files can show in it.
+    let private = tempfile::tempdir().unwrap();
+    let outer = std::env::var_os("TMPDIR");
+    std::env::set_var("TMPDIR", private.path());
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
     let data = rig._dir.path().to_path_buf();
     let temp = std::env::temp_dir();
+    assert_eq!(temp, private.path());
     let before_data = files_under(&data);
     let before_temp: Vec<_> = files_under(&temp)
         .into_iter()
         .filter(|p| !p.starts_with(&data))
         .collect();
     rig.stub.push(streamed("Paris. It lies on the Seine."));
-    rig.say(&speech("What is the capital of France?")).await;
-    rig.until("the reply", |s| s.replying.is_some()).await;
-    rig.until("the reply to end", |s| s.replying.is_none())
-        .await;
-    while rig.recorder.is_playing() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reply = rig.ask("What is the capital of France?").await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.until("the voice to end", |s| !s.speaking).await;
     rig.service.end_conversation().await.unwrap();
     assert_eq!(
         files_under(&data),
@@ -641,6 +697,10 @@ async fn no_file_is_created_during_a_whole_voice_session() {
         .iter()
         .filter(|p| !before_temp.contains(p))
         .collect();
+    match outer {
+        Some(outer) => std::env::set_var("TMPDIR", outer),
+        None => std::env::remove_var("TMPDIR"),
+    }
     assert!(
         new.is_empty(),
         "files appeared in the temp directory: {new:?}"
@@ -765,14 +825,13 @@ async fn a_push_to_talk_question_is_told_to_the_model_as_spoken_with_push_to_tal
     rig.until("the key held", |s| s.listening).await;
     rig.feed
         .say(&speech("What time is it?").then(&silence(200)));
-    rig.feed.until_quiet().await;
+    rig.until_heard_all().await;
     // The key comes up before the utterance is judged (the release is what ends it).
     rig.service.push_to_talk(false).await.unwrap();
     let heard = rig.next_heard().await;
     assert_eq!(heard.heard, Heard::Question, "{heard:?}");
-    rig.until("the reply", |s| s.replying.is_some()).await;
-    rig.until("the reply to end", |s| s.replying.is_none())
-        .await;
+    let reply = rig.next_reply().await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
     let lasts = last_messages(&rig.stub);
     assert!(
         lasts[0].contains("Interaction: spoken, push to talk"),
@@ -819,11 +878,12 @@ async fn stop_stays_within_reach_while_its_voice_plays_on_after_the_text_and_cut
     // The whole text arrives at once; speaking it takes many seconds.
     rig.stub.push(Script::text(long_answer()));
     let reply = rig.ask("Tell me about Paris.").await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
     rig.until("the text to end", |s| s.replying.is_none()).await;
-    while rig.recorder.played() < Duration::from_millis(1500) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(rig.recorder.is_playing());
+    rig.until_played("1.5 s of its voice", |r| {
+        r.played() >= Duration::from_millis(1500)
+    })
+    .await;
     rig.until("speaking", |s| s.speaking).await;
     assert!(
         rig.service.activity().borrow().can_stop(),
@@ -883,21 +943,16 @@ async fn never_mind_said_after_jarvis_asked_something_is_the_users_answer_not_a_
     rig.stub
         .push(streamed("I can set an alarm for seven. Shall I set it?"));
     rig.stub.push(streamed("Alright, no alarm then."));
-    rig.ask("Wake me at seven.").await;
-    rig.until("the answer to end", |s| {
-        s.replying.is_none() && s.awaiting_answer
+    let asked = rig.ask("Wake me at seven.").await;
+    assert_eq!(rig.end_of(asked).await, ReplyState::Done);
+    rig.until("the answer to end and be said", |s| {
+        s.replying.is_none() && s.awaiting_answer && !s.speaking
     })
     .await;
-    while rig.recorder.is_playing() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let said = rig.say(&speech("Never mind.")).await;
     assert_eq!(said.heard, Heard::Stop, "{said:?}");
-    rig.until("the answer to the question", |s| s.replying.is_some())
-        .await;
-    rig.until("its reply to end", |s| s.replying.is_none())
-        .await;
+    let answer = rig.next_reply().await;
+    assert_eq!(rig.end_of(answer).await, ReplyState::Done);
     let replies = rig.replies().await;
     assert_eq!(replies.len(), 2);
     assert_eq!(replies[1].text, "Alright, no alarm then.");
@@ -949,10 +1004,7 @@ async fn the_level_meter_follows_the_microphone_and_the_voice_and_sends_nothing_
         "{heard} updates in 1.5 s of speech"
     );
     // Its own voice while it speaks.
-    rig.until("the reply", |s| s.replying.is_some()).await;
-    while !rig.recorder.is_playing() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rig.until_played("its voice", |r| r.is_playing()).await;
     let (spoken, _, voice) = level_updates(&rig, Duration::from_secs(2)).await;
     assert!(voice > 0.3, "its voice's level: {voice}");
     assert!(
@@ -966,12 +1018,13 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
     rig.stub.push(streamed("Paris is the capital of France."));
-    rig.ask("What is the capital of France?").await;
-    rig.until("the reply to end", |s| s.replying.is_none())
-        .await;
-    while rig.recorder.is_playing() || rig.recorder.arrivals().is_empty() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reply = rig.ask("What is the capital of France?").await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.until_played("the answer said", |r| {
+        !r.arrivals().is_empty() && !r.is_playing()
+    })
+    .await;
+    rig.until("the voice to end", |s| !s.speaking).await;
     // A settings change starts a new loop (new devices) on the same conversation.
     let (source, _feed) = FeedSource::new();
     let recorder = Recorder::new(22_050);
@@ -991,9 +1044,17 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
     );
     // A new answer is said by the new loop.
     rig.stub.push(streamed("Rome is the capital of Italy."));
-    rig.service.voice_ask("And of Italy?").await.unwrap();
-    rig.until("the reply to end", |s| s.replying.is_none())
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!recorder.arrivals().is_empty(), "the new answer is spoken");
+    let ticket = rig.service.voice_ask("And of Italy?").await.unwrap();
+    let jarvis::service::VoiceTicket::Started { reply } = ticket else {
+        panic!("nothing else runs: {ticket:?}")
+    };
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    let wait = async {
+        while recorder.arrivals().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .expect("the new answer is spoken by the new loop");
 }

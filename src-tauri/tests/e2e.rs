@@ -41,11 +41,9 @@ async fn a_prompt_streams_in_and_its_chat_is_listed_after_a_restart() {
     let _one = one_app_at_a_time().await;
     let stub = Stub::start().await.unwrap();
     let answer = "Paris is the capital of France. It lies on the Seine, and about two million people live there.";
-    stub.push(
-        Script::text(answer)
-            .deltas_of(6)
-            .paced(Duration::from_millis(40)),
-    );
+    // Held after its first sentence until the page has shown it.
+    let gate = stub.gate();
+    stub.push(Script::text(answer).deltas_of(6).held_after(6, &gate));
     let data = Data::new();
     let app = App::start(&stub, &data).await;
     app.chat_window().await;
@@ -59,6 +57,7 @@ async fn a_prompt_streams_in_and_its_chat_is_listed_after_a_restart() {
         })
         .await;
     assert!(answer.starts_with(partial.trim()), "{partial:?}");
+    gate.release();
     app.wait_for_state("done").await;
     assert_eq!(app.live_text().await.trim(), answer);
     app.screenshots("prompt").await;

@@ -233,6 +233,8 @@ pub struct Service {
     voice: VoiceHandles,
     /// The summaries' index (it lives as long as the service).
     recall: Option<Arc<crate::memory::recall::Recall>>,
+    /// What runs for each chat besides its replies' words (the state block counts them).
+    actions: Actions,
 }
 
 /// What the handle reads of the voice conversation without asking the actor.
@@ -280,8 +282,9 @@ impl Service {
             windows: voice.windows.clone(),
         };
         let recall = options.recall.clone();
+        let actions = Actions::default();
         let actor = Actor {
-            actions: Actions::default(),
+            actions: actions.clone(),
             housekeeping: Housekeeping::new(),
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
@@ -301,7 +304,14 @@ impl Service {
             activity,
             voice: handles,
             recall,
+            actions,
         }
+    }
+
+    /// How many actions (tool calls, compaction, the summary after an answer) run for `chat` now:
+    /// what the next request's state block will count.
+    pub fn actions_running(&self, chat: ChatId) -> usize {
+        self.actions.running(chat)
     }
 
     async fn send(&self, command: Command) -> Result<(), ServiceError> {
