@@ -3,11 +3,15 @@
 //! the next start opens it, and each trial checks what a user would find:
 //! - the question is there once the request was sent (it is stored before);
 //! - the reply is `interrupted` (or `done`, when the kill came after its end) and its text is the
-//!   deltas the stub sent, in order, at most 250 ms of them behind the moment of the kill;
+//!   deltas the stub sent, in order, and at most one progress tick plus one write behind by the
+//!   writer's own ticks: it holds at least what the process had handed to the store one tick
+//!   before its last (its debug log, sizes only, says what and when);
 //! - `PRAGMA integrity_check` says ok;
 //! - never two assistant records for one reply, and its record is its text.
 //!
-//! Any failed check fails the run. Trials: `JARVIS_SOAK_TRIALS` (100).
+//! Any failed check fails the run. How far the stored text trailed the stub's writes in wall-clock
+//! time at the kill is a figure it reports (BENCHMARKS.md: a loaded machine stretches it with no
+//! bug, so it gates nothing). Trials: `JARVIS_SOAK_TRIALS` (100).
 //!
 //! Run: `cargo bench --bench kill_soak` (release), or as CI does, `cargo test --bench kill_soak`
 //! (the debug build the other tests use; the reply's pace, not the build, sets the timing).
@@ -21,8 +25,9 @@ use jarvis_stub::{Script, Stub};
 
 const DELTAS: usize = 400;
 const PACE: Duration = Duration::from_millis(5);
-/// The most a stored reply may trail what was sent when the process died.
-const MAX_LAG: Duration = Duration::from_millis(250);
+/// What the reply's progress interval (200 ms) and a write let a stored reply trail what was sent
+/// on an unloaded machine: the benchmark's figure is read against it.
+const EXPECTED_LAG: Duration = Duration::from_millis(250);
 
 /// How one trial ended.
 #[derive(Debug, Default)]
@@ -67,6 +72,8 @@ async fn one(stub: &Stub, trial: usize) -> Result<Trial, String> {
         pace_ms: PACE.as_millis() as u64,
     });
     let (writes_before, requests_before) = (stub.write_times().len(), stub.received().len());
+    let log_path = dir.path().join("jarvis.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jarvis"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -77,10 +84,11 @@ async fn one(stub: &Stub, trial: usize) -> Result<Trial, String> {
         .env("JARVIS_BACKEND", "openai")
         .env("OPENAI_BASE_URL", stub.openai_url())
         .env("OPENAI_API_KEY", "sk-soak")
+        .env("JARVIS_LOG", "warn,jarvis::service::reply=debug")
         .args(["ask", "--new", &format!("question {trial}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start jarvis: {e}"))?;
@@ -175,23 +183,61 @@ async fn one(stub: &Stub, trial: usize) -> Result<Trial, String> {
             ..Trial::default()
         });
     }
+    // By the writer's own ticks: the store holds what was handed to it, at least as much as the
+    // tick before the last (the last may have been mid-write at the kill).
+    let log = std::fs::read_to_string(&log_path).map_err(|e| e.to_string())?;
+    let handed: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("progress handed to the store"))
+        .filter_map(|l| {
+            let plain = without_colours(l);
+            plain
+                .split("bytes=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let floor = handed.len().checked_sub(2).map_or(0, |i| handed[i]);
+    let kept = reply.text.len();
+    if !after_end && (kept < floor || (kept > 0 && !handed.contains(&kept))) {
+        return Err(format!(
+            "the stored text ({kept} bytes) is not what the process handed to the store at its \
+             last two ticks ({:?})",
+            &handed[handed.len().saturating_sub(2)..]
+        ));
+    }
     // The oldest delta sent before the kill that was not stored: how far the text trails.
     let lag = times
         .get(stored)
         .map_or(Duration::ZERO, |sent| killed_at - *sent);
-    if lag > MAX_LAG {
-        return Err(format!(
-            "the stored text trails by {} ms ({stored} of {} deltas sent)",
-            lag.as_millis(),
-            times.len()
-        ));
-    }
     Ok(Trial {
         before_request: false,
         after_end,
         lag,
         stored,
     })
+}
+
+/// A log line without its terminal colour codes.
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // ESC [ … a letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 fn report(results: &[Result<Trial, String>], trials: usize) {
@@ -217,12 +263,12 @@ fn report(results: &[Result<Trial, String>], trials: usize) {
     println!("| killed | trials | stored text behind the stub at the kill (p50 / p95 / max) |");
     println!("|---|---|---|");
     println!(
-        "| mid-stream | {} | {:.0} / {:.0} / {:.0} ms (≤ {} ms; {mean_stored:.0} deltas stored on average) |",
+        "| mid-stream | {} | {:.0} / {:.0} / {:.0} ms (expected ≤ {} ms unloaded; {mean_stored:.0} deltas stored on average) |",
         mid.len(),
         at(0.5),
         at(0.95),
         at(1.0),
-        MAX_LAG.as_millis()
+        EXPECTED_LAG.as_millis()
     );
     println!(
         "| before the request | {} | — |",
@@ -234,8 +280,7 @@ fn report(results: &[Result<Trial, String>], trials: usize) {
     );
     println!();
     println!(
-        "checks failed: {failed} (question kept, reply interrupted, text in order and ≤ {} ms behind, integrity_check ok, one assistant record)",
-        MAX_LAG.as_millis()
+        "checks failed: {failed} (question kept, reply interrupted, text in order and at most a tick and a write behind the writer, integrity_check ok, one assistant record)"
     );
     if failed > 0 {
         std::process::exit(1);

@@ -647,6 +647,9 @@ struct Progress {
 
 impl Progress {
     fn save(&mut self, text: &str) {
+        // The kill soak reads these (sizes only, never the text): what a crash may lose is what
+        // came after the last two.
+        tracing::debug!(bytes = text.len(), "progress handed to the store");
         self.tx.send_replace(text.to_string());
         self.saved_at = Instant::now();
         self.dirty = false;
