@@ -3,10 +3,11 @@
 //! the wake word, and the settings file's parsing and writing.
 //!
 //! These are proptest runs rather than `cargo fuzz` targets: cargo-fuzz needs a nightly compiler
-//! and libFuzzer, which this project's machines and CI do not have. Each target generates cases
-//! until its time is up (`JARVIS_FUZZ_SECS`, 2 s by default; `.ci/run` gives each 30 s). A failing
-//! case is shrunk and its seed kept in `tests/fuzz.proptest-regressions`, which every later run
-//! replays first: commit that file with the fix.
+//! and libFuzzer, which this project's machines and CI do not have. In the test suite each target
+//! runs a fixed set of cases from fixed seeds (deterministic: the gate fails only on a bug);
+//! `scripts/fuzz` explores with random seeds for a given time. A failing case is shrunk and its
+//! seed kept in `tests/fuzz.proptest-regressions`, which every later run replays first: commit that
+//! file with the fix.
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
@@ -19,21 +20,29 @@ use jarvis::llm::sse::parser::{Event, ParseError, Parser};
 use jarvis::llm::sse::{self, Decoder};
 use jarvis::llm::LlmError;
 use proptest::prelude::*;
-use proptest::test_runner::{FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{
+    FileFailurePersistence, RngAlgorithm, TestCaseError, TestRng, TestRunner,
+};
 
-/// Runs `check` on cases of `strategy` until the target's time is up.
+/// Runs `check` on cases of `strategy`: in the test suite a fixed set of cases from fixed seeds
+/// (`JARVIS_FUZZ_ROUNDS` rounds of 128, 8 by default), so the gate passes or fails the same way
+/// every time; with `JARVIS_FUZZ_SECS` set (`scripts/fuzz`), random seeds until that time is up.
+/// Either way the committed regressions are replayed first.
 fn fuzz<S>(name: &str, strategy: S, check: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where
     S: Strategy,
     S::Value: Debug,
 {
-    let secs: f64 = std::env::var("JARVIS_FUZZ_SECS")
+    let explore: Option<f64> = std::env::var("JARVIS_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let rounds: u64 = std::env::var("JARVIS_FUZZ_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let until = Instant::now() + Duration::from_secs_f64(secs);
+        .unwrap_or(8);
+    let started = Instant::now();
     let mut cases = 0u64;
-    loop {
+    for round in 0u64.. {
         let config = ProptestConfig {
             cases: 128,
             source_file: Some(file!()),
@@ -42,16 +51,30 @@ where
             ))),
             ..ProptestConfig::default()
         };
-        let mut runner = TestRunner::new(config);
+        let mut runner = match explore {
+            Some(_) => TestRunner::new(config),
+            None => {
+                let mut seed = [0u8; 32];
+                seed[..8].copy_from_slice(&round.to_le_bytes());
+                TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed))
+            }
+        };
         if let Err(err) = runner.run(&strategy, &check) {
             panic!("{name}: {err}");
         }
         cases += 128;
-        if Instant::now() >= until {
+        let done = match explore {
+            Some(secs) => started.elapsed() >= Duration::from_secs_f64(secs),
+            None => round + 1 >= rounds,
+        };
+        if done {
             break;
         }
     }
-    eprintln!("{name}: {cases} cases in {secs} s");
+    eprintln!(
+        "{name}: {cases} cases in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// Bytes that look like an event stream often enough to reach deep: field names, line ends,

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 /// scripts/count-tests on a log written as the runners print it to a terminal: vitest's line in
-/// colour, cargo's plain.
+/// colour, cargo's and cargo-nextest's plain.
 #[test]
 fn the_suites_closing_line_counts_every_runners_tests_whatever_the_colours() {
     let dir = tempfile::tempdir().unwrap();
@@ -12,7 +12,10 @@ fn the_suites_closing_line_counts_every_runners_tests_whatever_the_colours() {
         &log,
         "test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
          \x1b[2m      Tests \x1b[22m \x1b[1m\x1b[32m26 passed\x1b[39m\x1b[22m\x1b[90m (26)\x1b[39m\n\
-         test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n",
+         test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n\
+         ------------\n\
+         \x20    Summary [ 612.043s] 21 tests run: 18 passed, 2 failed, 1 timed out, 3 skipped\n\
+         \x20       FAIL [   3.001s] jarvis::replies a_test\n",
     )
     .unwrap();
     let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/count-tests"))
@@ -21,7 +24,7 @@ fn the_suites_closing_line_counts_every_runners_tests_whatever_the_colours() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "41 passed, 1 failed\n"
+        "59 passed, 4 failed\n"
     );
     assert!(!out.status.success(), "a failed test fails the run");
 }
