@@ -83,7 +83,11 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
         synthesizer: Arc::new(Espeak::default()),
         wake: None,
     };
-    let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+    let voice = Voice::new(VoiceLoop::start(
+        service.clone(),
+        parts,
+        VoiceOptions::default(),
+    ));
     let mut heard = voice.heard();
     let _orb = service.voice_attach().await.unwrap();
     service.set_listening(true).await.unwrap();
@@ -200,7 +204,7 @@ async fn doctor_lists_the_microphones_and_says_when_the_chosen_one_is_not_connec
 /// loaded), with the orb attached; it keeps the stub and the data folder alive.
 struct Listening {
     service: Service,
-    voice: VoiceLoop,
+    voice: Voice,
     _orb: jarvis::service::VoiceAttachment,
     _stub: Stub,
     _dir: Dir,
@@ -222,7 +226,11 @@ impl Listening {
             synthesizer: Arc::new(Espeak::default()),
             wake: None,
         };
-        let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+        let voice = Voice::new(VoiceLoop::start(
+            service.clone(),
+            parts,
+            VoiceOptions::default(),
+        ));
         let orb = service.voice_attach().await.unwrap();
         service.set_listening(true).await.unwrap();
         Listening {

@@ -92,6 +92,49 @@ pub struct VoiceLoop {
     levels: watch::Receiver<Levels>,
     commands: mpsc::Sender<LoopCommand>,
     task: JoinHandle<()>,
+    listening: ListeningThreads,
+}
+
+/// The loop's listening threads that still run. A thread ends soon after its microphone closes
+/// (within a frame, or once the transcription in progress is done); a process that exits while
+/// one still runs the speech models can crash in their libraries' teardown, so whoever ends the
+/// process waits for them ([`ListeningThreads::wait_ended`]).
+#[derive(Clone, Default)]
+pub struct ListeningThreads(Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>);
+
+impl ListeningThreads {
+    fn started(&self) -> ListeningGuard {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        ListeningGuard(self.clone())
+    }
+
+    /// How many run now.
+    pub fn running(&self) -> usize {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks until none runs, at most `limit`; whether none does. Call it off the async threads
+    /// (or where blocking is fine: a process on its way out).
+    pub fn wait_ended(&self, limit: Duration) -> bool {
+        let (count, ended) = &*self.0;
+        let count = count.lock().unwrap_or_else(|p| p.into_inner());
+        match ended.wait_timeout_while(count, limit, |n| *n > 0) {
+            Ok((count, _)) => *count == 0,
+            Err(poisoned) => *poisoned.into_inner().0 == 0,
+        }
+    }
+}
+
+/// Counts one listening thread until it is dropped (at the thread's end, however it ends).
+struct ListeningGuard(ListeningThreads);
+
+impl Drop for ListeningGuard {
+    fn drop(&mut self) {
+        let (count, ended) = &*self.0 .0;
+        let mut count = count.lock().unwrap_or_else(|p| p.into_inner());
+        *count = count.saturating_sub(1);
+        ended.notify_all();
+    }
 }
 
 impl Drop for VoiceLoop {
@@ -117,7 +160,9 @@ impl VoiceLoop {
         );
         let (events_tx, events) = mpsc::unbounded_channel();
         let handle = service.clone();
+        let listening = ListeningThreads::default();
         let state = LoopState {
+            listening: listening.clone(),
             status: service.voice_status(),
             signals: service.voice_signals(),
             service,
@@ -138,6 +183,7 @@ impl VoiceLoop {
             in_speech: false,
             speaking: false,
             said_before: None,
+            stopped_through: None,
         };
         let task = tokio::spawn(state.run(events, command_rx));
         VoiceLoop {
@@ -147,7 +193,13 @@ impl VoiceLoop {
             levels,
             commands,
             task,
+            listening,
         }
+    }
+
+    /// Its listening threads: once the loop is dropped, they end soon after.
+    pub fn listening_threads(&self) -> ListeningThreads {
+        self.listening.clone()
     }
 
     /// Every utterance the loop judged, as it judges it.
@@ -243,6 +295,7 @@ fn listen(
 }
 
 struct LoopState {
+    listening: ListeningThreads,
     service: Service,
     status: watch::Receiver<VoiceStatus>,
     /// Stop and Listen, each once.
@@ -270,6 +323,10 @@ struct LoopState {
     /// The conversation's reply that had ended before this loop attached to it: its replayed
     /// events are not spoken.
     said_before: Option<ReplyId>,
+    /// The conversation's newest reply when Stop was last said: it and every reply before it are
+    /// not spoken, however far behind the loop was reading them (answers written while it spoke
+    /// an earlier one are stopped with it).
+    stopped_through: Option<ReplyId>,
 }
 
 impl LoopState {
@@ -342,7 +399,13 @@ impl LoopState {
     /// `Err(missed)`: that many signals went unread.
     async fn on_signal(&mut self, signal: Result<VoiceSignal, u64>) {
         match signal {
-            Ok(VoiceSignal::Stop) => self.cut().await,
+            Ok(VoiceSignal::Stop) => {
+                self.cut().await;
+                if let Some((chat, _)) = &self.chat {
+                    let newest = self.service.last_reply(*chat).await.ok().flatten();
+                    self.stopped_through = newest.map(|r| r.id).max(self.stopped_through);
+                }
+            }
             Ok(VoiceSignal::Listen) => self.mic_down = false,
             Err(missed) => {
                 // (Sixteen signals unread: never seen.) A missed Listen is safe to assume; a
@@ -382,7 +445,9 @@ impl LoopState {
         // The conversation's chat: follow its replies.
         if self.chat.as_ref().map(|(id, _)| *id) != status.chat {
             // (Ending it by End or deleting its chat counts a stop, which cuts the voice below; a
-            // goodbye lets what is being said play out.)
+            // goodbye lets what is being said play out.) A stop said in another chat silences
+            // nothing here: its reply ids may be another store's.
+            self.stopped_through = None;
             self.chat = match status.chat {
                 Some(chat) => match self.service.attach(chat).await {
                     Ok(attachment) => {
@@ -433,9 +498,11 @@ impl LoopState {
         let shared = self.shared.clone();
         let events = self.events_tx.clone();
         let stop = finish.clone();
+        let running = self.listening.started();
         std::thread::Builder::new()
             .name("jarvis-listen".into())
             .spawn(move || {
+                let _running = running;
                 // Whatever ends this thread other than being asked to — a model that cannot load,
                 // the device going away, a panic anywhere in listening — is reported as the
                 // microphone lost with the reason, so the orb never shows "Mic on" over a
@@ -550,6 +617,10 @@ impl LoopState {
     async fn on_reply_event(&mut self, event: Event) {
         if self.said_before == Some(event.reply()) {
             tracing::debug!(reply = %event.reply(), "said before: not said again");
+            return;
+        }
+        if self.stopped_through.is_some_and(|s| event.reply() <= s) {
+            tracing::debug!(reply = %event.reply(), "written before a stop: not said");
             return;
         }
         self.last_activity = Instant::now();

@@ -120,6 +120,36 @@ pub async fn reached(gate: &jarvis_stub::Gate) {
         .unwrap_or_else(|_| panic!("no reply reached its gate within {LIMIT:?}"));
 }
 
+/// A voice loop that, when it goes, waits for its listening threads to end: a test process that
+/// exits while one still runs the speech models crashes in their libraries' teardown (seen as a
+/// SIGSEGV after a passed test).
+pub struct Voice(Option<jarvis::voice::VoiceLoop>);
+
+impl Voice {
+    pub fn new(voice: jarvis::voice::VoiceLoop) -> Voice {
+        Voice(Some(voice))
+    }
+}
+
+impl std::ops::Deref for Voice {
+    type Target = jarvis::voice::VoiceLoop;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("the loop lives until dropped")
+    }
+}
+
+impl Drop for Voice {
+    fn drop(&mut self) {
+        if let Some(voice) = self.0.take() {
+            let threads = voice.listening_threads();
+            drop(voice);
+            if !threads.wait_ended(LIMIT) && !std::thread::panicking() {
+                panic!("a listening thread still ran {LIMIT:?} after its loop was dropped");
+            }
+        }
+    }
+}
+
 /// The text of a reply's deltas.
 pub fn text_of(events: &[Event]) -> String {
     events
