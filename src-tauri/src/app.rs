@@ -88,14 +88,19 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
         })
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the desktop app")?
-        .run(|app, event| {
-            if let tauri::RunEvent::ExitRequested { api, code, .. } = event {
-                // Closing the last window keeps Jarvis in the tray; only Quit (code set) ends it.
-                if code.is_none() {
-                    api.prevent_exit();
+        .run(|app, event| match event {
+            // Closing the last window keeps Jarvis in the tray; only Quit (code set) ends it.
+            tauri::RunEvent::ExitRequested {
+                api, code: None, ..
+            } => api.prevent_exit(),
+            tauri::RunEvent::Exit => {
+                // No listening thread may still run the speech models as the process ends.
+                let voice = app.state::<AppState>().session.voice().clone();
+                if !voice.stop_for_exit(std::time::Duration::from_secs(2)) {
+                    tracing::warn!("the listening thread had not ended when Jarvis quit");
                 }
             }
-            let _ = app;
+            _ => {}
         });
     Ok(())
 }

@@ -166,6 +166,21 @@ impl VoiceSupervisor {
         }
     }
 
+    /// Ends the voice loop as Jarvis quits and waits, at most `limit`, for its listening thread to
+    /// end: a process that exits while it still runs the speech models can crash in their
+    /// libraries' teardown. Whether it ended.
+    pub fn stop_for_exit(&self, limit: Duration) -> bool {
+        let current = std::mem::replace(&mut self.slot().current, Err("Jarvis is quitting".into()));
+        match current {
+            Ok(voice) => {
+                let threads = voice.listening_threads();
+                drop(voice);
+                threads.wait_ended(limit)
+            }
+            Err(_) => true,
+        }
+    }
+
     /// The loop's own problems (the microphone failing to open later) and levels go to the
     /// supervisor's watches until a newer loop replaces it.
     fn forward(&self, start: u64, voice: &VoiceLoop) {
