@@ -15,6 +15,10 @@ use jarvis_stub::Stub;
 /// No test may wait longer than this for a reply to end.
 pub const LIMIT: Duration = Duration::from_secs(20);
 
+/// The bound on a wait for speech-to-text: a machine with both cores busy slows whisper several
+/// fold, so this only bounds a hang.
+pub const SPEECH_LIMIT: Duration = Duration::from_secs(60);
+
 /// Settings for tests: the given backend at the stub, short timeouts and backoffs.
 pub fn settings(kind: BackendKind, stub: &Stub) -> Settings {
     let mut s = Settings {
@@ -192,7 +196,15 @@ pub fn jarvis(dir: &Dir) -> tokio::process::Command {
 
 /// Runs a command to its end within [`LIMIT`], returning status, stdout and stderr.
 pub async fn output(cmd: &mut tokio::process::Command) -> (i32, String, String) {
-    let out = tokio::time::timeout(LIMIT, cmd.output())
+    output_within(LIMIT, cmd).await
+}
+
+/// Runs a command to its end within `limit`, returning status, stdout and stderr.
+pub async fn output_within(
+    limit: Duration,
+    cmd: &mut tokio::process::Command,
+) -> (i32, String, String) {
+    let out = tokio::time::timeout(limit, cmd.output())
         .await
         .expect("the command did not end in time")
         .expect("the command ran");
