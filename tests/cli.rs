@@ -134,17 +134,11 @@ async fn a_process_killed_mid_reply_leaves_the_partial_text_interrupted() {
     read_until(&mut stdout, "Second").await;
     // Once the first sentence's progress is stored (the process writes it within a tick), SIGKILL.
     let store = dir.store();
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            let stored = store.last_reply(jarvis::ChatId(1)).unwrap();
-            if stored.is_some_and(|r| r.text.starts_with("First sentence here.")) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    eventually("the first sentence to be stored", || {
+        let stored = store.last_reply(jarvis::ChatId(1)).unwrap();
+        stored.is_some_and(|r| r.text.starts_with("First sentence here."))
     })
-    .await
-    .expect("the first sentence was stored");
+    .await;
     drop(store);
     child.start_kill().unwrap();
     child.wait().await.unwrap();

@@ -626,13 +626,11 @@ async fn a_reply_keeps_its_lease_while_a_slow_compaction_runs() {
     };
     let before = lease();
     // The heartbeat is a third of the lease (15 s): a beat comes while the compaction runs.
-    tokio::time::timeout(LIMIT, async {
-        while lease() <= before {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("renewed while compacting, so no other process takes the reply for dead");
+    eventually(
+        "the lease renewed while compacting, so no other process takes the reply for dead",
+        || lease() > before,
+    )
+    .await;
     assert!(service.stop(chat).await.unwrap());
 }
 
@@ -799,13 +797,10 @@ async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action
     // Once both summaries are written, nothing is said to run.
     summary.release();
     received_at_least(&stub, 4).await;
-    tokio::time::timeout(LIMIT, async {
-        while service.actions_running(chat) > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    eventually("the summaries to end", || {
+        service.actions_running(chat) == 0
     })
-    .await
-    .expect("the summaries ended");
+    .await;
     stub.push(Script::text("Yes."));
     ask(&service, Some(chat), "Is it big?").await;
     let last = last_user_text(&stub.received().last().unwrap().body);

@@ -147,14 +147,7 @@ impl Rig {
 
     /// Waits until `done` holds, for `what`.
     async fn until(&self, what: &str, done: impl Fn() -> bool) {
-        let wait = async {
-            while !done() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(LIMIT, wait)
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+        eventually(what, done).await;
     }
 
     /// A finished answer in a new chat.

@@ -31,17 +31,6 @@ fn speech(text: &str) -> Vec<i16> {
 /// `PULSE_SERVER` at its own server, which must not change under another one reading it.
 static IN_PROCESS_AUDIO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let wait = async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(LIMIT, wait)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_speaker_and_ducked_under_speech(
 ) {
@@ -100,7 +89,7 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
         .unwrap();
     assert_eq!(report.heard, Heard::Question, "{report:?}");
     assert!(report.text.to_lowercase().contains("capital"), "{report:?}");
-    wait_for("Jarvis to speak", || {
+    eventually("Jarvis to speak", || {
         sink.played() > Duration::from_millis(1500)
     })
     .await;
@@ -113,7 +102,7 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
         .unwrap();
     assert_eq!(over.heard, Heard::Question);
     let after_ducking = sink.played();
-    wait_for("the first reply to be answered", || {
+    eventually("the first reply to be answered", || {
         service
             .store()
             .replies(service.voice_status().borrow().chat.unwrap())
@@ -122,7 +111,7 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
             == 2
     })
     .await;
-    wait_for("the answers to be spoken", || !sink.is_playing()).await;
+    eventually("the answers to be spoken", || !sink.is_playing()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let levels = recorder.stop();
     let loud = levels.iter().filter(|l| **l > 500.0).count();
@@ -257,7 +246,7 @@ impl Listening {
     async fn opened(&self, pulse: &Pulse) {
         // Open once the server has a recording stream — and a moment later, when opening is done.
         let server = pulse.server();
-        wait_for("the microphone to open", || {
+        eventually("the microphone to open", || {
             std::process::Command::new("pactl")
                 .env("PULSE_SERVER", &server)
                 .args(["list", "short", "source-outputs"])

@@ -208,14 +208,7 @@ impl Rig {
 
     /// Waits until `done` holds of what the speaker played.
     async fn until_played(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
-        let wait = async {
-            while !done(&self.recorder) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(LIMIT, wait)
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+        eventually(what, || done(&self.recorder)).await;
     }
 
     /// Waits until the microphone has heard everything said into it.
@@ -317,14 +310,7 @@ async fn a_microphone_pulled_out_while_listening_is_shown_off_with_the_reason_an
 ) {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    let wait = async {
-        while rig.feed.opened_at().is_none() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(LIMIT, wait)
-        .await
-        .expect("the microphone opened");
+    eventually("the microphone to open", || rig.feed.opened_at().is_some()).await;
     rig.feed.unplug();
     rig.until("listening to turn off", |s| !s.listening).await;
     let problem = tokio::time::timeout(LIMIT, rig.problems.wait_for(|p| p.is_some()))
@@ -1064,14 +1050,10 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
     rig.service.voice_ask("And of Italy?").await.unwrap();
     let reply = rig.next_reply().await;
     assert_eq!(rig.end_of(reply).await, ReplyState::Done);
-    let wait = async {
-        while recorder.arrivals().is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(LIMIT, wait)
-        .await
-        .expect("the new answer is spoken by the new loop");
+    eventually("the new answer to be spoken by the new loop", || {
+        !recorder.arrivals().is_empty()
+    })
+    .await;
 }
 
 /// espeak-ng held at a gate before it makes a sentence until the test opens it, as a loaded
@@ -1130,14 +1112,7 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
         let first = rig.ask("What is the capital of France?").await;
         assert_eq!(rig.end_of(first).await, ReplyState::Done);
         // The loop is held making the first sentence; meanwhile another answer is written whole.
-        let wait = async {
-            while voice.asked().is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(LIMIT, wait)
-            .await
-            .expect("the loop began to speak");
+        eventually("the loop to begin to speak", || !voice.asked().is_empty()).await;
         // (Started, or queued for the moment the first reply's end reaches the service.)
         rig.service.voice_ask("And of Spain?").await.unwrap();
         let second = rig.next_reply().await;

@@ -117,6 +117,19 @@ pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event
     events
 }
 
+/// Waits until `done` holds, looking every 20 ms; panics naming `what` if it does not within
+/// [`LIMIT`] (for what no event announces: a file, another process's store, a recorder).
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
 /// Waits until a stream is held at `gate`; panics if none gets there within [`LIMIT`].
 pub async fn reached(gate: &jarvis_stub::Gate) {
     tokio::time::timeout(LIMIT, gate.reached())
