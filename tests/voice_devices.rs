@@ -14,7 +14,7 @@ use jarvis::service::ListenMode;
 use jarvis::voice::device::{CpalSource, RodioSink};
 use jarvis::voice::fixtures;
 use jarvis::voice::pipeline::VoiceOptions;
-use jarvis::voice::pulse::Pulse;
+use jarvis::voice::pulse::{self, Pulse};
 use jarvis::voice::{models, AudioSink, Espeak, Heard, VoiceLoop, VoiceParts};
 use jarvis::{ReplyState, Service};
 use jarvis_stub::{Script, Stub};
@@ -112,11 +112,16 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
     })
     .await;
     eventually("the answers to be spoken", || !sink.is_playing()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let levels = recorder.stop();
-    let loud = levels.iter().filter(|l| **l > 500.0).count();
+    let levels = match recorder
+        .until(LIMIT, |l| pulse::played_and_quiet(l, 3))
+        .await
+    {
+        Ok(levels) => levels,
+        Err(levels) => panic!("what was played did not end in silence: {levels:?}"),
+    };
+    recorder.stop();
     assert!(
-        loud >= 10,
+        pulse::loud(&levels) >= 10,
         "the speaker played a second or more of sound: {levels:?}"
     );
     // While the user spoke, the level dropped to about a fifth (the recording starts with the

@@ -11,11 +11,31 @@ use std::time::Duration;
 
 use jarvis::config::test_bus::{LockedKeyring, SessionBus};
 use jarvis::voice::fixtures;
+use jarvis::voice::pulse::{loud, played_and_quiet, SpeakerRecording};
 use jarvis::ReplyState;
 use jarvis_stub::{Script, Stub};
 use support::*;
 
 /// `n` numbered words: "w1 w2 … wn".
+/// A bound on waiting for sound at the speaker (a hang, not a timing).
+const SOUND_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits until the speaker has played a second or more of sound.
+async fn heard_for_a_second(speaker: &SpeakerRecording, what: &str) {
+    if let Err(levels) = speaker.until(SOUND_LIMIT, |l| loud(l) >= 10).await {
+        panic!("{what}: {levels:?}");
+    }
+}
+
+/// Waits until what the speaker played has ended (half a second of silence after sound), stops
+/// the recorder and returns every level heard.
+async fn played_whole(speaker: SpeakerRecording, what: &str) -> Vec<f64> {
+    if let Err(levels) = speaker.until(SOUND_LIMIT, |l| played_and_quiet(l, 5)).await {
+        panic!("{what} did not end in silence: {levels:?}");
+    }
+    speaker.stop()
+}
+
 fn words(n: usize) -> String {
     (1..=n)
         .map(|i| format!("w{i}"))
@@ -333,18 +353,8 @@ async fn the_orb_listens_through_a_real_microphone_and_answers_aloud() {
     assert_eq!(data.last_answer(), answer);
     app.screenshots("orb-voice").await;
     // Spoken aloud: the speaker played a second or more of sound.
-    let start = std::time::Instant::now();
-    let levels = loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if start.elapsed() > Duration::from_secs(6) {
-            break speaker.stop();
-        }
-    };
-    let loud = levels.iter().filter(|l| **l > 500.0).count();
-    assert!(
-        loud >= 10,
-        "the answer was heard on the speaker: {levels:?}"
-    );
+    heard_for_a_second(&speaker, "the answer was heard on the speaker").await;
+    speaker.stop();
     app.click("#listen").await;
     app.wait_for("the microphone to close", |app| async move {
         (!app.visible("#mic").await).then_some(())
@@ -667,8 +677,17 @@ async fn the_memory_panel_shows_where_facts_came_from_deletes_a_summary_and_turn
     })
     .await;
     app.click("#memory-close").await;
-    // (The summary of the first answer may still be on its way.)
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // The summary of the answer above is written before the count is taken.
+    app.wait_for("the Saint-Malo chat's summary", |_| {
+        let written = data
+            .store()
+            .summaries()
+            .unwrap()
+            .iter()
+            .any(|s| s.text.contains("where to leave from"));
+        async move { written.then_some(()) }
+    })
+    .await;
     let before = stub.received().len();
     stub.push(Script::text("Leave at high tide."));
     app.click("#new-chat").await;
@@ -807,8 +826,8 @@ async fn the_orb_follows_sound_keeps_stop_while_it_talks_plays_again_and_hiding_
     app.click("#orb-play").await;
     app.wait_for_phase("speaking", "speaking again").await;
     app.wait_for_phase("idle", "the replay to end").await;
-    let loud = speaker.stop().iter().filter(|l| **l > 500.0).count();
-    assert!(loud >= 10, "the answer was played again: {loud}");
+    heard_for_a_second(&speaker, "the answer was played again").await;
+    speaker.stop();
     let store = data.store();
     let chat = store.chats().unwrap()[0].id;
     assert_eq!(store.records(chat).unwrap().len(), records, "no history");
@@ -828,9 +847,8 @@ async fn the_orb_follows_sound_keeps_stop_while_it_talks_plays_again_and_hiding_
     .await;
     let speaker = pulse.record_speaker().unwrap();
     app.click(".message.assistant .read-aloud").await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let loud = speaker.stop().iter().filter(|l| **l > 500.0).count();
-    assert!(loud >= 10, "read aloud from the chat window: {loud}");
+    heard_for_a_second(&speaker, "read aloud from the chat window").await;
+    speaker.stop();
     app.screenshots("read-aloud").await;
 
     // Hiding the orb shuts its microphone; showing it again leaves it shut.
@@ -933,15 +951,13 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     app.wait_for_phase("idle", "the voice to end").await;
     // Play is pressed while the restart may still be waiting for quiet or building the new loop:
     // either way the answer is said whole (the restart waits again, or the new loop says it).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let first = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    let first = loud(&played_whole(speaker, "the first telling").await);
     // The same answer once more, whole, to compare with.
     let speaker = pulse.record_speaker().unwrap();
     app.click("#orb-play").await;
     app.wait_for_phase("speaking", "speaking again").await;
     app.wait_for_phase("idle", "the replay to end").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let whole = speaker.stop().iter().filter(|l| **l > 500.0).count();
+    let whole = loud(&played_whole(speaker, "the replay").await);
     eprintln!("loud tenths of a second: first telling {first}, replay {whole}");
     assert!(whole >= 30, "the answer takes seconds to say: {whole}");
     assert!(

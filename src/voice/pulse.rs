@@ -158,7 +158,8 @@ impl Pulse {
         }
     }
 
-    /// Starts recording the speaker (the null sink's monitor, 22,050 Hz mono s16le).
+    /// Records what the speaker plays (the null sink's monitor), as the loudness of each 100 ms,
+    /// streamed: a test waits on what was heard ([`SpeakerRecording::until`]) instead of a time.
     pub fn record_speaker(&self) -> Result<SpeakerRecording, VoiceError> {
         let mut child = Command::new("parec")
             .args([
@@ -167,6 +168,8 @@ impl Pulse {
                 "--rate=22050",
                 "--channels=1",
                 "--raw",
+                // Small fragments: each tenth of a second arrives as it is played.
+                "--latency-msec=50",
             ])
             .env("PULSE_SERVER", self.server())
             .stdout(Stdio::piped())
@@ -177,34 +180,102 @@ impl Pulse {
             .stdout
             .take()
             .ok_or_else(|| VoiceError::Device("parec has no output".into()))?;
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let levels = heard.clone();
         let reader = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
-            out
+            // 100 ms at 22,050 Hz, 2 bytes a sample.
+            let mut tenth = vec![0u8; 2 * 2205];
+            while std::io::Read::read_exact(&mut stdout, &mut tenth).is_ok() {
+                let sum: f64 = tenth
+                    .chunks_exact(2)
+                    .map(|b| f64::from(i16::from_le_bytes([b[0], b[1]])).powi(2))
+                    .sum();
+                levels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((sum / 2205.0).sqrt());
+            }
         });
-        Ok(SpeakerRecording { child, reader })
+        Ok(SpeakerRecording {
+            child,
+            reader: Some(reader),
+            heard,
+        })
     }
 }
 
-/// A recording of the speaker in progress.
+/// A recording of the speaker in progress: the loudness (RMS, i16 units) of each 100 ms played
+/// since it started, as it arrives.
 pub struct SpeakerRecording {
     child: Child,
-    reader: std::thread::JoinHandle<Vec<u8>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    heard: Arc<Mutex<Vec<f64>>>,
 }
 
+/// A tenth of a second this loud (RMS, i16 units) is sound, not silence.
+pub const LOUD: f64 = 500.0;
+
 impl SpeakerRecording {
-    /// Stops; the loudness (RMS, i16 units) of each 100 ms of what was played.
-    pub fn stop(mut self) -> Vec<f64> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let raw = self.reader.join().unwrap_or_default();
-        let samples: Vec<f64> = raw
-            .chunks_exact(2)
-            .map(|b| f64::from(i16::from_le_bytes([b[0], b[1]])))
-            .collect();
-        samples
-            .chunks(2205)
-            .map(|w| (w.iter().map(|s| s * s).sum::<f64>() / w.len() as f64).sqrt())
-            .collect()
+    /// What was heard so far.
+    pub fn levels(&self) -> Vec<f64> {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// Waits until what was heard satisfies `done`, at most `limit` (a bound on a hang, not a
+    /// timing): `Ok` with the levels then, or `Err` with the levels heard by the limit.
+    pub async fn until(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[f64]) -> bool,
+    ) -> Result<Vec<f64>, Vec<f64>> {
+        let end = Instant::now() + limit;
+        loop {
+            let levels = self.levels();
+            if done(&levels) {
+                return Ok(levels);
+            }
+            if Instant::now() >= end {
+                return Err(levels);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the recorder (SIGTERM: parec closes its stream and exits) and returns every level
+    /// heard.
+    pub fn stop(mut self) -> Vec<f64> {
+        self.end();
+        self.levels()
+    }
+
+    fn end(&mut self) {
+        // SAFETY: kill(2) on our own child's pid, which is not yet reaped (waited for below).
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for SpeakerRecording {
+    fn drop(&mut self) {
+        if self.reader.is_some() {
+            self.end();
+        }
+    }
+}
+
+/// How many tenths of a second were sound.
+pub fn loud(levels: &[f64]) -> usize {
+    levels.iter().filter(|l| **l > LOUD).count()
+}
+
+/// Sound was heard and has ended: the last `tenths` tenths of a second were silence.
+pub fn played_and_quiet(levels: &[f64], tenths: usize) -> bool {
+    loud(levels) > 0
+        && levels.len() >= tenths
+        && levels[levels.len() - tenths..].iter().all(|l| *l <= LOUD)
 }
