@@ -346,6 +346,7 @@ async fn orb_retry(state: State<'_, AppState>) -> Res<jarvis::ReplyId> {
 /// loop; the history is unchanged.
 #[tauri::command]
 async fn read_aloud(state: State<'_, AppState>, reply: jarvis::ReplyId) -> Res<()> {
+    tracing::debug!(%reply, "read aloud asked");
     state
         .session
         .voice()

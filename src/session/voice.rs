@@ -253,6 +253,7 @@ impl VoiceSupervisor {
             let mut slot = self.slot();
             slot.asked += 1;
             if let Some(held) = slot.building.as_mut() {
+                tracing::debug!(%reply, "read aloud once the voice loop is built");
                 if held.len() < HELD_REPLAYS {
                     held.push(reply);
                 }
@@ -260,6 +261,7 @@ impl VoiceSupervisor {
             }
             slot.current.clone()?
         };
+        tracing::debug!(%reply, "read aloud");
         voice.replay(reply).await;
         Ok(())
     }

@@ -219,7 +219,14 @@ impl VoiceLoop {
 
     /// Reads a finished answer aloud again (the orb's Play answer); touches no history.
     pub async fn replay(&self, reply: ReplyId) {
-        let _ = self.commands.send(LoopCommand::Replay(reply)).await;
+        if self
+            .commands
+            .send(LoopCommand::Replay(reply))
+            .await
+            .is_err()
+        {
+            tracing::warn!(%reply, "the voice loop has ended: nothing is played");
+        }
     }
 }
 
