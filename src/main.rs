@@ -107,6 +107,11 @@ enum Command {
         /// How to listen: push_to_talk (the whole file is one press), hands_free or wake.
         #[arg(long, value_enum, default_value = "hands-free")]
         mode: ModeArg,
+        /// What the speakers played meanwhile, on the same time line (sample 0 of both at the
+        /// same instant): its echo is taken out of the microphone's sound first, as the voice
+        /// loop does, and the canceller's figures are printed to stderr at the end.
+        #[arg(long)]
+        playback: Option<PathBuf>,
     },
     /// Write what Jarvis would say for TEXT to a WAV file.
     Say {
@@ -266,23 +271,41 @@ fn start_service(config: &Config) -> Result<Service> {
     Ok(Service::start(store, backend, options))
 }
 
-/// `jarvis listen`: the WAV file through the same listener the voice loop uses.
-fn listen(config: &Config, wav: &std::path::Path, mode: jarvis::service::ListenMode) -> Result<()> {
+/// `jarvis listen`: the WAV file through the same listener the voice loop uses (behind the same
+/// echo canceller, when what the speakers played is given).
+fn listen(
+    config: &Config,
+    wav: &std::path::Path,
+    playback: Option<&std::path::Path>,
+    mode: jarvis::service::ListenMode,
+) -> Result<()> {
     let models = config.model_dir();
     let settings = &config.settings.voice;
     let source = voice::Clip::from_wav_file(wav)?.resampled(voice::SAMPLE_RATE)?;
+    let played = playback
+        .map(|path| voice::Clip::from_wav_file(path)?.resampled(voice::SAMPLE_RATE))
+        .transpose()?;
     let whisper = voice::models::load_whisper(&models, settings.speech_model, settings.threads)?;
+    let (transcriber, ungated) = voice::models::speech_gate(&models, Arc::new(whisper));
+    if let Some(err) = ungated {
+        eprintln!("warning: {err}; noise is judged by whisper alone");
+    }
     let wake = match mode {
         jarvis::service::ListenMode::Wake => Some(voice::models::wake_factory(&models)?()?),
         _ => None,
     };
+    let shared = voice::listen::Shared::default();
     let mut listener = voice::Listener::new(
         mode,
-        Arc::new(whisper),
+        transcriber,
         wake,
         settings.wake_threshold,
-        voice::listen::Shared::default(),
+        shared.clone(),
     );
+    let heard = source.to_i16();
+    let mut echo = played
+        .as_ref()
+        .map(|played| voice::echo::OfflineEcho::knowing(&played.samples, &heard));
     let mut out = std::io::stdout().lock();
     let mut print = |events: Vec<voice::listen::ListenEvent>| -> Result<()> {
         for event in events {
@@ -292,10 +315,27 @@ fn listen(config: &Config, wav: &std::path::Path, mode: jarvis::service::ListenM
         }
         Ok(())
     };
-    for frame in voice::audio::frames_of(&source.to_i16()) {
-        print(listener.push(&frame)?)?;
+    for frame in voice::audio::frames_of(&heard) {
+        print(voice::echo::OfflineEcho::listen(
+            echo.as_mut(),
+            &mut listener,
+            &shared,
+            &frame,
+        )?)?;
     }
     print(listener.finish()?)?;
+    if let Some(echo) = echo {
+        let stats = echo.stats();
+        eprintln!(
+            "echo canceller: {} of echo removed (AEC3's estimate), delay {}",
+            stats
+                .erle_db
+                .map_or("unknown".into(), |db| format!("{db:.1} dB")),
+            stats
+                .delay_ms
+                .map_or("not found".into(), |ms| format!("{ms} ms")),
+        );
+    }
     Ok(())
 }
 
@@ -343,17 +383,26 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor(&config).await,
-        Command::Listen { wav, mode } => {
+        Command::Listen {
+            wav,
+            mode,
+            playback,
+        } => {
             let config = config.clone();
-            tokio::task::spawn_blocking(move || listen(&config, &wav, mode.into()))
-                .await
-                .context("listening stopped")??;
+            tokio::task::spawn_blocking(move || {
+                listen(&config, &wav, playback.as_deref(), mode.into())
+            })
+            .await
+            .context("listening stopped")??;
             Ok(ExitCode::SUCCESS)
         }
         Command::Say { text, out } => {
             let voice = &config.settings.voice;
-            let espeak = voice::Espeak::new(&voice.tts_voice, voice.tts_speed);
-            let clip = voice::Synthesizer::synthesize(&espeak, &text.join(" "))?;
+            let (synthesizer, fallback) = voice::models::synthesizer(&config.model_dir(), voice);
+            if let Some(err) = fallback {
+                eprintln!("Piper's voice is not available ({err}); espeak-ng speaks instead");
+            }
+            let clip = synthesizer.synthesize(&text.join(" "))?;
             std::fs::write(&out, clip.to_wav_bytes())
                 .with_context(|| format!("cannot write {}", out.display()))?;
             eprintln!(

@@ -8,9 +8,9 @@ mod support;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use jarvis::config::{BackendKind, Settings, SpeechModel, Theme};
+use jarvis::config::{BackendKind, ListenMode, Settings, SpeechModel, Theme};
 use jarvis::session::{Applied, Env, PartsMaker, Session, SessionError, SettingsForm};
-use jarvis::voice::{models, Espeak, FeedSource, Recorder, VoiceError, VoiceParts};
+use jarvis::voice::{models, Espeak, Feed, FeedSource, Recorder, VoiceError, VoiceParts};
 use jarvis::ReplyId;
 use jarvis_stub::{Script, Stub};
 use support::*;
@@ -20,6 +20,7 @@ use support::*;
 struct Build {
     speech_model: SpeechModel,
     speaker: Recorder,
+    microphone: Feed,
 }
 
 /// Makes voice loops, keeps each build, and can hold a build until released.
@@ -47,11 +48,12 @@ impl Maker {
                 return Err(VoiceError::Device(why));
             }
             let speaker = Recorder::new(22_050);
+            let (source, microphone) = FeedSource::new();
             me.builds.lock().unwrap().push(Build {
                 speech_model: config.settings.voice.speech_model,
                 speaker: speaker.clone(),
+                microphone,
             });
-            let (source, _feed) = FeedSource::new();
             Ok(VoiceParts {
                 source: Arc::new(source),
                 sink: Arc::new(speaker),
@@ -358,6 +360,47 @@ async fn a_voice_loop_that_cannot_start_says_why_and_refuses_to_listen_or_speak(
     rig.session.start_voice().await;
     assert_eq!(*problems.wait_for(Option::is_none).await.unwrap(), None);
     rig.session.voice().can_listen().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_clicked_while_the_voice_loop_starts_opens_the_microphone_once_it_runs() {
+    // Loading the models takes a while (a second or two for Piper's voice); the orb's Listen
+    // button shows from the first moment.
+    let rig = rig().await;
+    rig.session
+        .service()
+        .set_listen_mode(ListenMode::HandsFree)
+        .await
+        .unwrap();
+    rig.maker.set_held(true);
+    let asking = async {
+        rig.until("the build to begin", || rig.maker.begun() == 1)
+            .await;
+        let asked = rig.session.voice().can_listen();
+        if asked.is_ok() {
+            rig.session.service().set_listening(true).await.unwrap();
+        }
+        // (Released before judging: a build held for ever would hold the test's runtime.)
+        rig.maker.set_held(false);
+        asked.expect("Listen is taken while the loop starts");
+    };
+    tokio::join!(rig.session.start_voice(), asking);
+    rig.until("the microphone opened by the new loop", || {
+        rig.maker
+            .builds()
+            .first()
+            .is_some_and(|b| b.microphone.opened_at().is_some())
+    })
+    .await;
+    assert!(rig.session.service().voice_status().borrow().listening);
+
+    // A loop that cannot start after all: the microphone is shown off, with the reason.
+    *rig.maker.broken.lock().unwrap() = Some("no microphone here".into());
+    let mut problems = rig.session.voice().problems();
+    rig.session.start_voice().await;
+    problems.wait_for(Option::is_some).await.unwrap();
+    let mut status = rig.session.service().voice_status();
+    status.wait_for(|s| !s.listening).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

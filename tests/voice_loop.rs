@@ -5,13 +5,13 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jarvis::config::BackendKind;
 use jarvis::service::{ListenMode, VoiceAttachment, VoiceStatus, VoiceUpdate};
 use jarvis::store::Role;
-use jarvis::voice::fixtures::{self, cough, knock, silence};
+use jarvis::voice::fixtures::{self, cough, knock, silence, Room, RoomEcho};
 use jarvis::voice::pipeline::{VoiceOptions, WakeFactory};
 use jarvis::voice::{
     models, AudioSink, Clip, Espeak, Feed, FeedSource, Heard, Recorder, Synthesizer, Transcriber,
@@ -25,20 +25,6 @@ use tokio::sync::broadcast;
 /// One voice test at a time: each runs at real time on a 2-core machine, and one of them watches
 /// the temp directory for files.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn whisper() -> Arc<dyn Transcriber> {
-    static WHISPER: OnceLock<Arc<jarvis::voice::Whisper>> = OnceLock::new();
-    WHISPER
-        .get_or_init(|| {
-            Arc::new(
-                // One thread: whisper.cpp's threads wait for each other by spinning, and with
-                // both cores busy two of them took 3 to 9 s for what one does in 1.8 s.
-                models::load_whisper(&model_dir(), jarvis::config::SpeechModel::TinyEn, 1)
-                    .unwrap_or_else(|e| panic!("{e}")),
-            )
-        })
-        .clone()
-}
 
 fn wake() -> WakeFactory {
     models::wake_factory(&model_dir()).unwrap_or_else(|e| panic!("{e}"))
@@ -81,6 +67,27 @@ async fn rig_with(
     transcriber: Arc<dyn Transcriber>,
     synthesizer: Arc<dyn Synthesizer>,
 ) -> Rig {
+    rig_in(
+        mode,
+        options,
+        transcriber,
+        synthesizer,
+        None,
+        VoiceOptions::default(),
+    )
+    .await
+}
+
+/// A rig whose speaker and microphone share a simulated room: what Jarvis plays comes back into
+/// the microphone through it.
+async fn rig_in(
+    mode: ListenMode,
+    options: impl FnOnce(&mut jarvis::ServiceOptions),
+    transcriber: Arc<dyn Transcriber>,
+    synthesizer: Arc<dyn Synthesizer>,
+    room: Option<Room>,
+    voice_options: VoiceOptions,
+) -> Rig {
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let mut settings = settings(BackendKind::Anthropic, &stub);
@@ -93,6 +100,9 @@ async fn rig_with(
     let service = Service::start(dir.store(), backend, service_options);
     let (source, feed) = FeedSource::new();
     let recorder = Recorder::new(22_050);
+    if let Some(room) = room {
+        recorder.tap(Arc::new(RoomEcho::new(&room, feed.clone())));
+    }
     let parts = VoiceParts {
         source: Arc::new(source),
         sink: Arc::new(recorder.clone()),
@@ -100,7 +110,7 @@ async fn rig_with(
         synthesizer,
         wake: (mode == ListenMode::Wake).then(wake),
     };
-    let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+    let voice = VoiceLoop::start(service.clone(), parts, voice_options);
     let heard = voice.heard();
     let problems = voice.problems();
     let orb = Some(service.voice_attach().await.unwrap());
@@ -1129,4 +1139,82 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
             voice.asked()
         );
     }
+}
+
+/// About thirty seconds of Jarvis talking.
+fn thirty_second_answer() -> &'static str {
+    "The Eiffel Tower was built for the world fair of eighteen eighty nine. \
+     It is about three hundred metres tall, and for forty years it was the tallest structure in \
+     the world. Its iron frame was designed by the engineers of Gustave Eiffel's company. \
+     More than seven million people climb it every year. At night it sparkles for five minutes \
+     at the start of every hour. It is painted every seven years, by hand, with sixty tonnes of \
+     paint. From the top you can see for about seventy kilometres on a clear day."
+}
+
+async fn in_a_room(room: Room, cancel_echo: bool) -> Rig {
+    rig_in(
+        ListenMode::HandsFree,
+        |_| {},
+        whisper(),
+        Arc::new(Espeak::default()),
+        Some(room),
+        VoiceOptions {
+            cancel_echo,
+            ..VoiceOptions::default()
+        },
+    )
+    .await
+}
+
+/// Everything heard until `reply` has ended and Jarvis's voice, at least `spoken` more of it
+/// than had played when the reply was asked, has played out.
+async fn heard_until_it_falls_silent(
+    rig: &mut Rig,
+    reply: ReplyId,
+    before: Duration,
+    spoken: Duration,
+) -> Vec<UtteranceReport> {
+    rig.end_of(reply).await;
+    // (Said at real time: the bound is the answer's length and a margin for a loaded machine.)
+    let recorder = rig.recorder.clone();
+    eventually_within(
+        spoken * 2 + LIMIT,
+        &format!("{spoken:?} more of Jarvis's voice to play out"),
+        || recorder.played() >= before + spoken && !recorder.is_playing(),
+    )
+    .await;
+    // Its last echo rings out.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut heard = Vec::new();
+    while let Ok(report) = rig.heard.try_recv() {
+        heard.push(report);
+    }
+    heard
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_speakers_in_a_room_its_own_thirty_second_answer_neither_ducks_it_nor_is_heard() {
+    let _one = SERIAL.lock().await;
+    let cancel = std::env::var("JARVIS_TEST_NO_AEC").is_err();
+    let mut rig = in_a_room(Room::default(), cancel).await;
+    // Its first answer ever teaches it that its voice comes back (the first few hundred ms of it
+    // are heard as they are, as before there was a canceller: BENCHMARKS.md).
+    rig.stub
+        .push(streamed("Hello. I am Jarvis, and I am listening."));
+    let first = rig.ask("Hello, who are you?").await;
+    heard_until_it_falls_silent(&mut rig, first, Duration::ZERO, Duration::from_secs(1)).await;
+    let lowered_before = rig.recorder.volumes().len();
+    let played_before = rig.recorder.played();
+    let replies_before = rig.replies().await.len();
+    rig.stub.push(streamed(thirty_second_answer()));
+    let reply = rig.ask("Tell me about the Eiffel Tower.").await;
+    let heard =
+        heard_until_it_falls_silent(&mut rig, reply, played_before, Duration::from_secs(25)).await;
+    let lowered = &rig.recorder.volumes()[lowered_before..];
+    assert!(
+        lowered.is_empty(),
+        "its voice was lowered for its own echo: {lowered:?}"
+    );
+    assert!(heard.is_empty(), "it heard its own voice: {heard:?}");
+    assert_eq!(rig.replies().await.len(), replies_before + 1);
 }

@@ -366,9 +366,13 @@ pub struct VoiceSettings {
     pub speech_model: SpeechModel,
     /// How sure the wake word detector must be (0–1) that it heard "Hey Jarvis".
     pub wake_threshold: f32,
-    /// The espeak-ng voice Jarvis speaks with.
+    /// The voice Jarvis speaks with: `piper` (neural, the default) or `espeak` (espeak-ng's
+    /// formant voice, also the fallback where Piper's voice is not installed).
+    pub tts: TtsEngine,
+    /// The espeak-ng voice Jarvis speaks with when it speaks with espeak-ng.
     pub tts_voice: String,
-    /// How fast it speaks, in words per minute.
+    /// How fast it speaks, in words per minute (for Piper, its length scale: 175 is the voice as
+    /// trained).
     pub tts_speed: u32,
     /// The microphone by name; empty is the system's default.
     pub input_device: String,
@@ -384,12 +388,24 @@ impl Default for VoiceSettings {
             wake_while_hidden: false,
             speech_model: SpeechModel::TinyEn,
             wake_threshold: 0.5,
+            tts: TtsEngine::Piper,
             tts_voice: "en-us".into(),
             tts_speed: 175,
             input_device: String::new(),
             threads: 2,
         }
     }
+}
+
+/// Who speaks Jarvis's replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TtsEngine {
+    /// Piper's neural voice (en_US-joe-medium), on ONNX Runtime.
+    #[default]
+    Piper,
+    /// espeak-ng's formant voice.
+    Espeak,
 }
 
 /// The speech-to-text model.

@@ -194,6 +194,19 @@ fn voice_parts(config: &Config, report: &mut Report) {
     let speech = voice::models::speech_model_file(&models, s.speech_model);
     let wake = voice::models::wake_factory(&models);
     let espeak = voice::Espeak::new(&s.tts_voice, s.tts_speed).available();
+    report.found("speaking voice", speaking_voice(&models, s, espeak));
+    report.found(
+        "noise",
+        match voice::models::load_silero(&models) {
+            Ok(_) => format!(
+                "judged by the speech detector ({}) before whisper",
+                models.join(voice::silero::DETECTOR_FILE).display()
+            ),
+            Err(err) => format!(
+                "judged by whisper alone, because the speech detector is not available: {err}"
+            ),
+        },
+    );
     report.found(
         "voice",
         format!(
@@ -245,6 +258,21 @@ async fn microphones(config: &Config, report: &mut Report) {
         found.names.join(", ")
     };
     report.found("microphone", format!("{chosen}; found: {names}"));
+    let heard = match wanted.as_str() {
+        "" => found.default.clone(),
+        name => Some(name.to_string()),
+    };
+    report.found("echo cancellation", echo_line(heard.as_deref()));
+}
+
+/// Who takes Jarvis's own voice out of what the microphone `heard` hears.
+fn echo_line(heard: Option<&str>) -> String {
+    match heard {
+        Some(name) if voice::echo::is_echo_cancelled_source(name) => format!(
+            "by the sound server: {name:?} is its echo-cancelled source, so Jarvis does not cancel again"
+        ),
+        _ => "by Jarvis (WebRTC AEC3, with what its speaker plays as the reference)".to_string(),
+    }
 }
 
 /// 134515008 → "135M".
@@ -273,8 +301,40 @@ async fn reachable(url: &str) -> Result<(), String> {
     }
 }
 
+/// Who speaks the replies, and why espeak-ng does where Piper was asked for.
+fn speaking_voice(
+    models: &std::path::Path,
+    s: &crate::config::VoiceSettings,
+    espeak: bool,
+) -> String {
+    let espeak_state = if espeak {
+        "espeak-ng"
+    } else {
+        "nobody: espeak-ng is missing (apt-get install espeak-ng)"
+    };
+    match s.tts {
+        crate::config::TtsEngine::Espeak => format!("{espeak_state} ([voice] tts = \"espeak\")"),
+        crate::config::TtsEngine::Piper => match voice::models::load_piper(models, s.tts_speed) {
+            Ok(_) => format!(
+                "Piper ({})",
+                voice::models::piper_voice_file(models).display()
+            ),
+            Err(err) => format!(
+                "{espeak_state}, because Piper's voice is not available: {err} (scripts/models voice installs it)"
+            ),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn doctor_says_who_cancels_the_echo() {
+        assert!(super::echo_line(Some("Echo-Cancel Source")).contains("does not cancel again"));
+        assert!(super::echo_line(Some("Built-in Audio")).starts_with("by Jarvis"));
+        assert!(super::echo_line(None).starts_with("by Jarvis"));
+    }
+
     use super::*;
 
     #[test]

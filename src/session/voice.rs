@@ -12,7 +12,7 @@ use crate::service::{Service, VoiceStatus};
 use crate::store::ReplyId;
 use crate::voice::device::{CpalSource, RodioSink};
 use crate::voice::pipeline::{Levels, VoiceOptions, VoiceParts};
-use crate::voice::{models, AudioSink, Espeak, Recorder, VoiceError, VoiceLoop};
+use crate::voice::{models, AudioSink, Recorder, VoiceError, VoiceLoop};
 
 /// Builds a voice loop's parts from the configuration (blocking: it may load models and open
 /// devices). [`device_parts`] is the real one.
@@ -31,6 +31,10 @@ pub fn device_parts() -> PartsMaker {
         let voice = &config.settings.voice;
         let models_dir = config.model_dir();
         let whisper = models::lazy_whisper(&models_dir, voice.speech_model, voice.threads)?;
+        let (transcriber, ungated) = models::speech_gate(&models_dir, Arc::new(whisper));
+        if let Some(err) = ungated {
+            tracing::warn!(%err, "the speech detector is not available; whisper judges noise alone");
+        }
         let wake = match models::wake_factory(&models_dir) {
             Ok(factory) => Some(factory),
             Err(err) => {
@@ -38,6 +42,10 @@ pub fn device_parts() -> PartsMaker {
                 None
             }
         };
+        let (synthesizer, fallback) = models::synthesizer(&models_dir, voice);
+        if let Some(err) = fallback {
+            tracing::warn!(%err, "Piper's voice is not available; espeak-ng speaks instead");
+        }
         let sink: Arc<dyn AudioSink> = match RodioSink::open() {
             Ok(sink) => Arc::new(sink),
             Err(err) => {
@@ -51,8 +59,8 @@ pub fn device_parts() -> PartsMaker {
         Ok(VoiceParts {
             source: Arc::new(source),
             sink,
-            transcriber: Arc::new(whisper),
-            synthesizer: Arc::new(Espeak::new(&voice.tts_voice, voice.tts_speed)),
+            transcriber,
+            synthesizer,
             wake,
         })
     })
@@ -156,6 +164,13 @@ impl VoiceSupervisor {
                 tracing::warn!("voice: {problem}");
                 self.inner.problem.send_replace(Some(problem));
                 self.inner.levels.send_replace(Levels::default());
+                // Listening asked for while it was built has no microphone behind it: the orb
+                // shows it off, beside the reason.
+                if self.inner.service.voice_status().borrow().listening {
+                    if let Err(err) = self.inner.service.set_listening(false).await {
+                        tracing::warn!(%err, "listening could not be turned off");
+                    }
+                }
             }
             Ok(voice) => {
                 self.forward(start, &voice);
@@ -278,13 +293,14 @@ impl VoiceSupervisor {
         self.inner.service.acknowledge_answer().await
     }
 
-    /// Whether a loop runs that can open the microphone; else why not.
+    /// Whether a loop runs that can open the microphone, or one is being built (it opens the
+    /// microphone when it runs, as the voice status then says); else why not.
     pub fn can_listen(&self) -> Result<(), String> {
-        self.slot()
-            .current
-            .as_ref()
-            .map(|_| ())
-            .map_err(Clone::clone)
+        let slot = self.slot();
+        if slot.building.is_some() {
+            return Ok(());
+        }
+        slot.current.as_ref().map(|_| ()).map_err(Clone::clone)
     }
 
     /// Why Jarvis cannot listen or speak, now and whenever it changes (`None`: the voice works).

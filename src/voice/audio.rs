@@ -172,6 +172,12 @@ pub struct Capture {
     pub frames: mpsc::Receiver<Vec<i16>>,
     close: CancellationToken,
     lost: DeviceLost,
+    /// The device is the sound server's echo-cancelled source (its `echo-cancel` module): Jarvis
+    /// does not cancel a second time.
+    pub cancels_echo: bool,
+    /// Behind an echo canceller: for each frame, in order, whether it was only Jarvis's own
+    /// echo's residue (see the echo canceller).
+    pub residue: Option<std::sync::mpsc::Receiver<bool>>,
 }
 
 impl Capture {
@@ -186,6 +192,8 @@ impl Capture {
             frames,
             close,
             lost,
+            cancels_echo: false,
+            residue: None,
         }
     }
 
@@ -301,6 +309,11 @@ pub struct Feed {
     opened: Arc<Mutex<Option<Instant>>>,
     /// Set by [`Feed::unplug`] until the open capture notices.
     unplugged: Arc<std::sync::atomic::AtomicBool>,
+    /// What else the room sounds with (Jarvis's own voice coming back, say), on the open
+    /// microphone's time line: the position of its first sample, and the samples.
+    ambient: Arc<Mutex<(u64, VecDeque<f32>)>>,
+    /// Samples the open microphone has sent.
+    sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Feed {
@@ -319,6 +332,43 @@ impl Feed {
     pub async fn until_quiet(&self) {
         while !self.is_quiet() {
             tokio::time::sleep(Duration::from_millis(FRAME_MS)).await;
+        }
+    }
+
+    /// Mixes `samples` (16 kHz, in [-1, 1]) into what the open microphone hears from the instant
+    /// `at` on; what would have been heard before now is lost, as sound is.
+    pub fn hear_at(&self, at: Instant, samples: &[f32]) {
+        let Some(opened) = self.opened_at() else {
+            return;
+        };
+        let position = if at >= opened {
+            (at.duration_since(opened).as_secs_f64() * f64::from(SAMPLE_RATE)) as u64
+        } else {
+            return;
+        };
+        let sent = self.sent.load(std::sync::atomic::Ordering::SeqCst);
+        let skip = sent.saturating_sub(position) as usize;
+        let Some(samples) = samples.get(skip..) else {
+            return;
+        };
+        let position = position + skip as u64;
+        let mut ambient = lock(&self.ambient);
+        let (start, queue) = &mut *ambient;
+        if queue.is_empty() && *start < position {
+            *start = position;
+        }
+        // What the microphone has sent already is past.
+        let late = start.saturating_sub(position) as usize;
+        let Some(samples) = samples.get(late..) else {
+            return;
+        };
+        let position = position + late as u64;
+        let offset = (position - *start) as usize;
+        if queue.len() < offset + samples.len() {
+            queue.resize(offset + samples.len(), 0.0);
+        }
+        for (slot, s) in queue.iter_mut().skip(offset).zip(samples) {
+            *slot += s;
         }
     }
 
@@ -374,6 +424,9 @@ impl AudioSource for FeedSource {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             *lock(&feed.opened) = Some(Instant::now());
+            feed.sent.store(0, std::sync::atomic::Ordering::SeqCst);
+            lock(&feed.ambient).1.clear();
+            let mut sent: u64 = 0;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -389,16 +442,30 @@ impl AudioSource for FeedSource {
                 let mut frame = Vec::with_capacity(FRAME);
                 {
                     let mut queue = lock(&feed.queue);
-                    for _ in 0..FRAME {
+                    let mut ambient = lock(&feed.ambient);
+                    for i in 0..FRAME as u64 {
                         // xorshift: faint white noise, like a quiet room.
                         seed ^= seed << 13;
                         seed ^= seed >> 17;
                         seed ^= seed << 5;
                         let n = ((seed as f32 / u32::MAX as f32) * 2.0 - 1.0) * noise * 32767.0;
                         let s = queue.pop_front().map_or(0.0, f32::from);
-                        frame.push((s + n).clamp(-32768.0, 32767.0) as i16);
+                        let (start, room) = &mut *ambient;
+                        // (Sound placed just behind the time line by a racing writer is gone.)
+                        while *start < sent + i && room.pop_front().is_some() {
+                            *start += 1;
+                        }
+                        let a = if *start == sent + i && !room.is_empty() {
+                            *start += 1;
+                            room.pop_front().unwrap_or(0.0) * 32767.0
+                        } else {
+                            0.0
+                        };
+                        frame.push((s + n + a).clamp(-32768.0, 32767.0) as i16);
                     }
                 }
+                sent += FRAME as u64;
+                feed.sent.store(sent, std::sync::atomic::Ordering::SeqCst);
                 if tx.send(frame).await.is_err() {
                     return;
                 }
@@ -406,6 +473,13 @@ impl AudioSource for FeedSource {
         });
         Ok(Capture::new(rx, close, lost))
     }
+}
+
+/// Where a sink reports what it handed to the output device.
+pub trait PlaybackTap: Send + Sync {
+    /// `samples` (mono, in [-1, 1], volume applied) at `rate` were handed to the device; the
+    /// first of them plays at `at` (or as soon after as the device's latency lets it).
+    fn played(&self, samples: &[f32], rate: u32, at: Instant);
 }
 
 /// Where Jarvis's voice goes. Clips queue and play one after another; the volume applies to
@@ -421,6 +495,11 @@ pub trait AudioSink: Send + Sync {
     fn played(&self) -> Duration;
     /// Whether something is playing or queued.
     fn is_playing(&self) -> bool;
+    /// From now on, tells `tap` each piece of audio as it is handed to the device (volume
+    /// applied): the echo canceller's reference. A sink that plays nothing audible ignores it.
+    fn tap(&self, tap: Arc<dyn PlaybackTap>) {
+        let _ = tap;
+    }
 }
 
 /// One volume change as the recorder saw it.
@@ -452,6 +531,7 @@ struct RecorderState {
     played_total: u64,
     volumes: Vec<VolumeChange>,
     arrivals: Vec<(Duration, Duration)>,
+    taps: Vec<Arc<dyn PlaybackTap>>,
 }
 
 impl RecorderState {
@@ -464,8 +544,12 @@ impl RecorderState {
             (now.saturating_duration_since(since).as_secs_f64() * f64::from(self.rate)) as usize;
         let n = due.min(self.queue.len());
         let volume = self.volume;
+        let from = self.played.len();
         self.played
             .extend(self.queue.drain(..n).map(|s| s * volume));
+        for tap in &self.taps {
+            tap.played(&self.played[from..], self.rate, since);
+        }
         self.played_total += n as u64;
         if self.queue.is_empty() {
             self.playing_since = None;
@@ -490,6 +574,7 @@ impl Recorder {
                 played_total: 0,
                 volumes: Vec::new(),
                 arrivals: Vec::new(),
+                taps: Vec::new(),
             })),
         }
     }
@@ -563,6 +648,28 @@ impl AudioSink for Recorder {
 
     fn is_playing(&self) -> bool {
         !self.state().queue.is_empty()
+    }
+
+    fn tap(&self, tap: Arc<dyn PlaybackTap>) {
+        let first = {
+            let mut state = self.state();
+            state.taps.push(tap);
+            state.taps.len() == 1
+        };
+        if first {
+            // A device takes its samples as it plays them: so that taps hear them then, not when
+            // someone next looks, the recorder's playing is moved on every 5 ms while it lives.
+            let inner = Arc::downgrade(&self.inner);
+            let _ = std::thread::Builder::new()
+                .name("jarvis-recorder".into())
+                .spawn(move || {
+                    while let Some(inner) = inner.upgrade() {
+                        lock(&inner).advance(Instant::now());
+                        drop(inner);
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                });
+        }
     }
 }
 

@@ -5,8 +5,9 @@
 
 use std::collections::VecDeque;
 use std::num::NonZero;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use rubato::{FftFixedIn, Resampler};
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::audio::{AudioSink, AudioSource, Capture, Clip, DeviceLost};
+use super::echo::PlaybackTap;
 use super::{VoiceError, FRAME, SAMPLE_RATE};
 
 fn device_error(e: impl std::fmt::Display) -> VoiceError {
@@ -161,6 +163,7 @@ impl AudioSource for CpalSource {
             .spawn(move || {
                 let opened = (|| {
                     let device = input_device(device_name.as_deref())?;
+                    let name = device.description().ok().map(|d| d.name().to_string());
                     let supported = device.default_input_config().map_err(device_error)?;
                     let config: cpal::StreamConfig = supported.config();
                     let mut framer = Framer::new(config.sample_rate, usize::from(config.channels))?;
@@ -195,11 +198,11 @@ impl AudioSource for CpalSource {
                         )
                         .map_err(device_error)?;
                     stream.play().map_err(device_error)?;
-                    Ok::<_, VoiceError>(stream)
+                    Ok::<_, VoiceError>((stream, name))
                 })();
                 match opened {
-                    Ok(stream) => {
-                        let _ = ready_tx.send(Ok(()));
+                    Ok((stream, name)) => {
+                        let _ = ready_tx.send(Ok(name));
                         // The wait for sound counts from the stream's start, however long
                         // opening took.
                         last_sound.fetch_max(
@@ -228,10 +231,19 @@ impl AudioSource for CpalSource {
                 }
             })
             .map_err(device_error)?;
-        ready_rx
+        let name = ready_rx
             .recv_timeout(Duration::from_secs(5))
             .map_err(|_| VoiceError::Device("the microphone did not open within 5 s".into()))??;
-        Ok(Capture::new(rx, close, lost))
+        let mut capture = Capture::new(rx, close, lost);
+        capture.cancels_echo = name
+            .as_deref()
+            .is_some_and(super::echo::is_echo_cancelled_source);
+        if capture.cancels_echo {
+            tracing::info!(
+                "the microphone is the sound server's echo-cancelled source: Jarvis does not cancel again"
+            );
+        }
+        Ok(capture)
     }
 }
 
@@ -239,7 +251,78 @@ impl AudioSource for CpalSource {
 pub struct RodioSink {
     player: rodio::Player,
     state: Arc<Mutex<SinkState>>,
+    /// The volume, applied by [`Tapped`] as each sample is handed over (so the echo reference
+    /// is exactly what plays), as f32 bits.
+    volume: Arc<AtomicU32>,
+    taps: Taps,
     _keep: CancellationToken,
+}
+
+type Taps = Arc<Mutex<Vec<Arc<dyn PlaybackTap>>>>;
+
+/// A clip on its way to the device: the volume applied, and every 10 ms of it told to the taps
+/// as the device takes it.
+struct Tapped {
+    inner: rodio::buffer::SamplesBuffer,
+    volume: Arc<AtomicU32>,
+    taps: Taps,
+    rate: u32,
+    pending: Vec<f32>,
+    pending_at: Instant,
+}
+
+impl Tapped {
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for tap in self.taps.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            tap.played(&self.pending, self.rate, self.pending_at);
+        }
+        self.pending.clear();
+    }
+}
+
+impl Iterator for Tapped {
+    type Item = f32;
+
+    fn next(&mut self) -> Option<f32> {
+        match self.inner.next() {
+            Some(sample) => {
+                let sample = sample * f32::from_bits(self.volume.load(Ordering::Relaxed));
+                if self.pending.is_empty() {
+                    self.pending_at = Instant::now();
+                }
+                self.pending.push(sample);
+                if self.pending.len() >= (self.rate as usize / 100).max(1) {
+                    self.flush();
+                }
+                Some(sample)
+            }
+            None => {
+                self.flush();
+                None
+            }
+        }
+    }
+}
+
+impl rodio::Source for Tapped {
+    fn current_span_len(&self) -> Option<usize> {
+        self.inner.current_span_len()
+    }
+
+    fn channels(&self) -> rodio::ChannelCount {
+        self.inner.channels()
+    }
+
+    fn sample_rate(&self) -> rodio::SampleRate {
+        self.inner.sample_rate()
+    }
+
+    fn total_duration(&self) -> Option<Duration> {
+        self.inner.total_duration()
+    }
 }
 
 struct SinkState {
@@ -290,6 +373,8 @@ impl RodioSink {
                 queued: VecDeque::new(),
                 finished: Duration::ZERO,
             })),
+            volume: Arc::new(AtomicU32::new(1.0_f32.to_bits())),
+            taps: Taps::default(),
             _keep: keep,
         })
     }
@@ -312,17 +397,27 @@ impl AudioSink for RodioSink {
             .ok_or_else(|| VoiceError::Device("a clip without a rate".into()))?;
         let length = clip.duration();
         let mut state = self.settle();
-        self.player.append(rodio::buffer::SamplesBuffer::new(
-            NonZero::<u16>::MIN,
-            rate,
-            clip.samples,
-        ));
+        self.player.append(Tapped {
+            inner: rodio::buffer::SamplesBuffer::new(NonZero::<u16>::MIN, rate, clip.samples),
+            volume: self.volume.clone(),
+            taps: self.taps.clone(),
+            rate: rate.get(),
+            pending: Vec::new(),
+            pending_at: Instant::now(),
+        });
         state.queued.push_back(length);
         Ok(())
     }
 
     fn set_volume(&self, volume: f32) {
-        self.player.set_volume(volume);
+        self.volume.store(volume.to_bits(), Ordering::Relaxed);
+    }
+
+    fn tap(&self, tap: Arc<dyn PlaybackTap>) {
+        self.taps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tap);
     }
 
     fn clear(&self) {

@@ -167,6 +167,14 @@ pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
     })
 }
 
+/// The shortest run of words that `said` is made of, said over and over ("never mind never
+/// mind" → "never mind"); `said` itself where it is no such repetition.
+fn repeating_unit(said: &[String]) -> &[String] {
+    (1..=said.len() / 2)
+        .find(|&k| said.len() % k == 0 && said.chunks(k).all(|c| c == &said[..k]))
+        .map_or(said, |k| &said[..k])
+}
+
 fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
     let joined = said.join(" ");
     let trimmed = joined
@@ -193,10 +201,12 @@ pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     if context.began_while_speaking && is_echo(&said, context.recent_answers) {
         return Heard::Echo;
     }
-    // "Stop, stop!" is said alone as much as "stop" is.
+    // "Stop, stop!" is said alone as much as "stop" is, and whisper returns a short phrase
+    // twice or four times over ("Never mind Never mind"): the phrase is judged once.
     let mut once = said.clone();
     once.dedup();
-    if phrase_in(&said, STOPS) || phrase_in(&once, STOPS) {
+    let unit = repeating_unit(&said);
+    if phrase_in(&said, STOPS) || phrase_in(&once, STOPS) || phrase_in(unit, STOPS) {
         return Heard::Stop;
     }
     if context.wake_conversation && phrase_in(&said, GOODBYES) {
@@ -239,6 +249,8 @@ mod tests {
             "Jarvis, stop.",
             "Stop, stop!",
             "Stop stop stop.",
+            "Never mind Never mind",
+            "Stop it. Stop it. Stop it. Stop it.",
         ] {
             assert_eq!(plain(stop), Heard::Stop, "{stop}");
         }

@@ -165,6 +165,16 @@ impl Listener {
 
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
+        self.push_judged(frame, false)
+    }
+
+    /// Feeds one 20 ms frame from behind the echo canceller, which judged it Jarvis's own echo's
+    /// residue or not: residue never counts as someone speaking.
+    pub fn push_judged(
+        &mut self,
+        frame: &[i16],
+        residue: bool,
+    ) -> Result<Vec<ListenEvent>, VoiceError> {
         let now_ms = self.frame_index * FRAME_MS;
         // A level meter falls back slowly and jumps up at once, as a person's eye expects.
         let level = audio::loudness_i16(frame);
@@ -195,10 +205,27 @@ impl Listener {
                 }
             }
         }
-        for segment in self.segmenter.push(frame) {
+        let strict = self.shared.speaking();
+        for segment in self.segmenter.push_judged(frame, strict, residue) {
             out.extend(self.segment(segment)?);
         }
         Ok(out)
+    }
+
+    /// Hears a whole recording (16 kHz) and closes it: every utterance's report, in order.
+    pub fn hear_all(&mut self, samples: &[i16]) -> Result<Vec<UtteranceReport>, VoiceError> {
+        let mut events = Vec::new();
+        for frame in audio::frames_of(samples) {
+            events.extend(self.push(&frame)?);
+        }
+        events.extend(self.finish()?);
+        Ok(events
+            .into_iter()
+            .filter_map(|event| match event {
+                ListenEvent::Heard(report) => Some(report),
+                _ => None,
+            })
+            .collect())
     }
 
     /// The input ended, or push to talk was released: closes an open utterance.

@@ -3,20 +3,23 @@
 //!
 //! Every piece that touches the outside is a port (DESIGN.md §5) so the whole loop runs headless:
 //! [`AudioSource`] (a microphone, a WAV file, a feed a test speaks into), [`AudioSink`] (a speaker,
-//! a recorder), [`Transcriber`] (whisper.cpp), [`Synthesizer`] (espeak-ng), [`WakeDetector`]
+//! a recorder), [`Transcriber`] (whisper.cpp), [`Synthesizer`] (Piper, espeak-ng), [`WakeDetector`]
 //! (openWakeWord). Raw audio is never written to disk: it lives in memory from capture to
 //! transcription and from synthesis to playback.
 
 pub mod audio;
 pub mod device;
+pub mod echo;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 pub mod heard;
 pub mod listen;
 pub mod models;
 pub mod pipeline;
+pub mod piper;
 #[cfg(any(test, feature = "test-support"))]
 pub mod pulse;
+pub mod silero;
 pub mod speak;
 pub mod stt;
 pub mod tts;
@@ -34,6 +37,7 @@ pub use audio::{AudioSink, AudioSource, Capture, Clip, Feed, FeedSource, Recorde
 pub use heard::{classify, Heard, HeardContext};
 pub use listen::{Listener, Utterance, UtteranceReport};
 pub use pipeline::{VoiceLoop, VoiceParts};
+pub use piper::Piper;
 pub use stt::{LazyWhisper, Transcriber, Whisper};
 pub use tts::{Espeak, Synthesizer};
 pub use vad::{Segment, Segmenter, SegmenterSettings};

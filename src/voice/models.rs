@@ -4,8 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::pipeline::WakeFactory;
+use super::silero::{Silero, SpeechGate};
 use super::wake::{OpenWakeWord, WakeDetector, WakeModels};
-use super::{LazyWhisper, VoiceError, Whisper};
+use super::{Espeak, LazyWhisper, Piper, Synthesizer, Transcriber, VoiceError, Whisper};
+use crate::config::{TtsEngine, VoiceSettings};
 
 /// The speech model's file for a Settings choice.
 pub fn speech_model_file(models: &Path, choice: crate::config::SpeechModel) -> PathBuf {
@@ -30,8 +32,9 @@ pub fn lazy_whisper(
     LazyWhisper::new(&speech_model_file(models, choice), threads)
 }
 
-/// A factory for the wake word's detector; loads ONNX Runtime first and fails clearly without it.
-pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
+/// Loads ONNX Runtime's library from the model folder (once per process); missing or not a
+/// library, a clear error.
+fn onnx_runtime(models: &Path) -> Result<(), VoiceError> {
     let library = crate::onnx::library_path(models);
     if !library.is_file() {
         return Err(VoiceError::ModelMissing {
@@ -44,6 +47,12 @@ pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
         path: library.display().to_string(),
         reason,
     })?;
+    Ok(())
+}
+
+/// A factory for the wake word's detector; loads ONNX Runtime first and fails clearly without it.
+pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
+    onnx_runtime(models)?;
     let files = WakeModels::in_dir(&models.join("openwakeword"));
     for path in [&files.mel, &files.embedding, &files.wake_word] {
         if !path.is_file() {
@@ -56,4 +65,51 @@ pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
     Ok(Arc::new(move || {
         OpenWakeWord::load(&files).map(|d| Box::new(d) as Box<dyn WakeDetector>)
     }))
+}
+
+/// Piper's voice file in the model folder.
+pub fn piper_voice_file(models: &Path) -> PathBuf {
+    models.join(super::piper::VOICE_FILE)
+}
+
+/// Loads Piper's voice, ONNX Runtime first; a missing or damaged file is a clear error.
+pub fn load_piper(models: &Path, words_per_minute: u32) -> Result<Piper, VoiceError> {
+    onnx_runtime(models)?;
+    Piper::load(&piper_voice_file(models), words_per_minute)
+}
+
+/// The voice the settings ask for, and why it is espeak-ng instead where Piper's voice cannot
+/// be loaded (that reason is for the log and `jarvis doctor`; the voice loop speaks either way).
+pub fn synthesizer(
+    models: &Path,
+    voice: &VoiceSettings,
+) -> (Arc<dyn Synthesizer>, Option<VoiceError>) {
+    let espeak =
+        || Arc::new(Espeak::new(&voice.tts_voice, voice.tts_speed)) as Arc<dyn Synthesizer>;
+    match voice.tts {
+        TtsEngine::Espeak => (espeak(), None),
+        TtsEngine::Piper => match load_piper(models, voice.tts_speed) {
+            Ok(piper) => (Arc::new(piper), None),
+            Err(err) => (espeak(), Some(err)),
+        },
+    }
+}
+
+/// Loads the speech detector, ONNX Runtime first.
+pub fn load_silero(models: &Path) -> Result<Silero, VoiceError> {
+    onnx_runtime(models)?;
+    Silero::load(&models.join(super::silero::DETECTOR_FILE))
+}
+
+/// `transcriber` behind the speech detector (noise is not transcribed), or alone where the
+/// detector cannot be loaded, and why (for the log and `jarvis doctor`; listening works either
+/// way).
+pub fn speech_gate(
+    models: &Path,
+    transcriber: Arc<dyn Transcriber>,
+) -> (Arc<dyn Transcriber>, Option<VoiceError>) {
+    match load_silero(models) {
+        Ok(detector) => (Arc::new(SpeechGate::new(transcriber, detector)), None),
+        Err(err) => (transcriber, Some(err)),
+    }
 }

@@ -12,6 +12,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::echo::{EchoCancelled, Reference};
 use super::listen::{ListenEvent, Listener, Shared, UtteranceReport};
 use super::speak::Speaker;
 use super::{AudioSink, AudioSource, Heard, Synthesizer, Transcriber, VoiceError, WakeDetector};
@@ -43,13 +44,25 @@ pub struct VoiceOptions {
     pub wake_threshold: f32,
     /// A wake conversation closes after this long with nothing said or running.
     pub wake_idle: Duration,
+    /// Where the echo canceller starts looking for Jarvis's voice in the microphone, after it
+    /// was handed to the speaker: the output's and the input's buffers and the room (its own
+    /// delay estimator finds the true delay from there).
+    pub echo_delay_hint_ms: u32,
+    /// Whether Jarvis's own voice is taken out of what the microphone hears (off only to measure
+    /// the loop without it).
+    pub cancel_echo: bool,
 }
+
+/// A sound server's output and input buffers plus a desk's few metres.
+pub const ECHO_DELAY_HINT_MS: u32 = 60;
 
 impl Default for VoiceOptions {
     fn default() -> Self {
         VoiceOptions {
             wake_threshold: 0.5,
             wake_idle: Duration::from_secs(10),
+            echo_delay_hint_ms: ECHO_DELAY_HINT_MS,
+            cancel_echo: true,
         }
     }
 }
@@ -146,8 +159,18 @@ impl Drop for VoiceLoop {
 }
 
 impl VoiceLoop {
-    /// Starts the loop on the current runtime.
-    pub fn start(service: Service, parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
+    /// Starts the loop on the current runtime. What the speaker plays is taken out of what the
+    /// microphone hears before anything listens (unless the sound server does it already).
+    pub fn start(service: Service, mut parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
+        if options.cancel_echo {
+            let reference = Reference::new();
+            parts.sink.tap(Arc::new(reference.clone()));
+            parts.source = Arc::new(EchoCancelled::new(
+                parts.source.clone(),
+                reference,
+                options.echo_delay_hint_ms,
+            ));
+        }
         let (heard, _) = broadcast::channel(64);
         let (problem_tx, problems) = watch::channel(None);
         let (levels_tx, levels) = watch::channel(Levels::default());
@@ -281,7 +304,11 @@ fn listen(
         }
         match capture.frames.blocking_recv() {
             Some(frame) => {
-                if !send(listener.push(&frame)) {
+                let residue = capture
+                    .residue
+                    .as_ref()
+                    .is_some_and(|r| r.try_recv().unwrap_or(false));
+                if !send(listener.push_judged(&frame, residue)) {
                     // The loop is gone: nobody to tell.
                     return None;
                 }

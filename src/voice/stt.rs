@@ -77,6 +77,8 @@ pub struct Whisper {
     state: Mutex<WhisperState>,
     threads: i32,
     english_only: bool,
+    /// Whether an unsure decoding is tried again warmer (off only for the benchmark's baseline).
+    safeguards: bool,
 }
 
 static LOG_HOOKS: Once = Once::new();
@@ -117,6 +119,39 @@ pub fn collapse_repeats(text: &str) -> String {
             kept.push(sentence);
         }
     }
+    collapse_loops(&kept.join(" "))
+}
+
+/// Collapses a run of words the decoder fell into a loop on — the same one to eight words three
+/// times or more in a row ("what is the weather what is the weather what is the weather …",
+/// "Hey Hey Hey …") — to the words once; whisper's own remedy (a compression-ratio check with a
+/// fallback) needs several decodes, and the loop is always a decoding artefact in a spoken
+/// question.
+pub fn collapse_loops(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let norm = |w: &str| {
+        w.trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+    };
+    let normalized: Vec<String> = words.iter().map(|w| norm(w)).collect();
+    let mut kept: Vec<&str> = Vec::with_capacity(words.len());
+    let mut i = 0;
+    'words: while i < words.len() {
+        for n in 1..=8 {
+            let same = |a: usize, b: usize| normalized[a..a + n] == normalized[b..b + n];
+            if i + 3 * n <= words.len() && same(i, i + n) && same(i, i + 2 * n) {
+                let mut end = i + 3 * n;
+                while end + n <= words.len() && same(i, end) {
+                    end += n;
+                }
+                kept.extend_from_slice(&words[i..i + n]);
+                i = end;
+                continue 'words;
+            }
+        }
+        kept.push(words[i]);
+        i += 1;
+    }
     kept.join(" ")
 }
 
@@ -147,7 +182,15 @@ impl Whisper {
             state: Mutex::new(state),
             threads: threads.clamp(1, 16) as i32,
             english_only,
+            safeguards: true,
         })
+    }
+
+    /// Whisper as it ran before its safeguards were used: one greedy decoding, never tried
+    /// again (the benchmarks' baseline).
+    pub fn without_safeguards(mut self) -> Whisper {
+        self.safeguards = false;
+        self
     }
 }
 
@@ -175,7 +218,9 @@ impl Whisper {
         if audio.len() < min {
             audio.resize(min, 0.0);
         }
-        let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        // Greedy at temperature 0; where that decoding is unsure, five samples at each higher
+        // temperature (best_of applies to those only), as openai-whisper's transcribe does.
+        let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 5 });
         params.set_n_threads(self.threads);
         params.set_audio_ctx(if audio_ctx > 0 {
             audio_ctx
@@ -191,7 +236,16 @@ impl Whisper {
         params.set_print_progress(false);
         params.set_print_realtime(false);
         params.set_print_timestamps(false);
-        params.set_temperature_inc(0.0);
+        // Whisper's own safeguards, with openai-whisper's thresholds: a decoding whose average
+        // log-probability is below −1 is tried again 0.2 warmer (up to 1.0), as is one that
+        // repeats itself (whisper.cpp's entropy check stands for the compression ratio); and
+        // what is probably not speech (no-speech probability above 0.6) and decoded unsure is
+        // dropped as silence.
+        params.set_temperature(0.0);
+        params.set_temperature_inc(if self.safeguards { 0.2 } else { 0.0 });
+        params.set_logprob_thold(-1.0);
+        params.set_entropy_thold(2.4);
+        params.set_no_speech_thold(0.6);
         if self.english_only {
             params.set_language(Some("en"));
         } else {
@@ -232,5 +286,27 @@ mod tests {
             collapse_repeats("Version 2.5 is out."),
             "Version 2.5 is out."
         );
+    }
+
+    #[test]
+    fn a_decoding_loop_is_kept_once_and_ordinary_repetition_is_not_touched() {
+        use super::collapse_loops;
+        assert_eq!(
+            collapse_loops(
+                "What is the weather like? What is the weather what is the weather what is the weather what is the"
+            ),
+            "What is the weather like? What is the weather what is the"
+        );
+        assert_eq!(collapse_loops(&"Hey ".repeat(100)), "Hey");
+        assert_eq!(
+            collapse_loops("two-two-two-two-two two-two-two-two-two two-two-two-two-two"),
+            "two-two-two-two-two"
+        );
+        assert_eq!(
+            collapse_loops("It is very very good."),
+            "It is very very good."
+        );
+        assert_eq!(collapse_loops("Stop stop stop stop."), "Stop");
+        assert_eq!(collapse_loops(""), "");
     }
 }

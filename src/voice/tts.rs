@@ -120,13 +120,19 @@ impl Synthesizer for Espeak {
 }
 
 /// Cuts streaming text into sentences to speak: a sentence is complete at `.`, `!`, `?` or `…`
-/// followed by a space or a line break, or at a blank line. Markdown marks that should not be
-/// read aloud are dropped.
+/// followed by a space or a line break, or at a blank line. A long first sentence is cut at its
+/// first clause (a comma, semicolon or colon after [`FIRST_CLAUSE_WORDS`] words or more), so the
+/// first audio comes early. Markdown marks that should not be read aloud are dropped.
 #[derive(Debug, Default)]
 pub struct Sentences {
     pending: String,
     in_code: bool,
+    /// Whether anything was handed out yet: only the first sentence is cut at a clause.
+    started: bool,
 }
+
+/// The fewest words a first clause needs to be spoken on its own.
+pub const FIRST_CLAUSE_WORDS: usize = 6;
 
 impl Sentences {
     /// A splitter with nothing pending.
@@ -138,10 +144,17 @@ impl Sentences {
     pub fn push(&mut self, text: &str) -> Vec<String> {
         self.pending.push_str(text);
         let mut out = Vec::new();
-        while let Some(end) = sentence_end(&self.pending) {
+        loop {
+            let end = sentence_end(&self.pending).or_else(|| {
+                (!self.started && !self.in_code)
+                    .then(|| first_clause_end(&self.pending))
+                    .flatten()
+            });
+            let Some(end) = end else { break };
             let sentence: String = self.pending.drain(..end).collect();
             if let Some(spoken) = self.speakable(&sentence) {
                 out.push(spoken);
+                self.started = true;
             }
         }
         out
@@ -186,6 +199,25 @@ fn ends_a_number(before: &str) -> bool {
     !word.is_empty() && word.chars().all(|c| c.is_ascii_digit())
 }
 
+/// Where a first clause of [`FIRST_CLAUSE_WORDS`] words or more ends (after its `,` `;` `:` and
+/// the space after it), on one line of prose (not a code block's).
+fn first_clause_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\n' | '`' => return None,
+            ',' | ';' | ':'
+                if chars.peek().is_some_and(|(_, n)| *n == ' ')
+                    && text[..i].split_whitespace().count() >= FIRST_CLAUSE_WORDS =>
+            {
+                return Some(i + 1);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Where the first complete sentence of `text` ends (byte index after its terminator).
 fn sentence_end(text: &str) -> Option<usize> {
     let mut chars = text.char_indices().peekable();
@@ -222,6 +254,25 @@ mod tests {
         );
         assert!(s.push(" on the Seine").is_empty());
         assert_eq!(s.finish(), Some("It lies on the Seine".to_string()));
+    }
+
+    #[test]
+    fn a_long_first_sentence_is_spoken_from_its_first_clause_and_the_rest_whole() {
+        let mut s = Sentences::new();
+        assert!(s.push("Well, that is").is_empty(), "a short clause waits");
+        assert_eq!(
+            s.push(" a question people often ask, and the answer")
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec!["Well, that is a question people often ask,".to_string()]
+        );
+        assert_eq!(
+            s.push(" depends on the season, mostly. Then, in spring, it rains. "),
+            vec![
+                "and the answer depends on the season, mostly.".to_string(),
+                "Then, in spring, it rains.".to_string()
+            ]
+        );
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub struct SegmenterSettings {
     pub onset_frames: usize,
     /// The window the onset is counted over.
     pub onset_window: usize,
+    /// Voiced frames among the last `strict_onset_window` that open an utterance while Jarvis's
+    /// voice plays: what the echo canceller leaves of it comes in short bursts, a person in a
+    /// sustained run.
+    pub strict_onset_frames: usize,
+    /// The window the strict onset is counted over.
+    pub strict_onset_window: usize,
     /// Unvoiced frames in a row that close it; `None` closes only on [`Segmenter::finish`]
     /// (push to talk: the release ends the utterance).
     pub hangover_frames: Option<usize>,
@@ -37,6 +43,8 @@ impl Default for SegmenterSettings {
             pre_roll_frames: 15, // 300 ms
             onset_frames: 3,
             onset_window: 5,
+            strict_onset_frames: 6,
+            strict_onset_window: 8,
             hangover_frames: Some(15), // 300 ms
             min_voiced_frames: 12,     // 240 ms of voice
             max_frames: 30 * 50,       // 30 s
@@ -136,6 +144,12 @@ impl Segmenter {
 
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Vec<Segment> {
+        self.push_judged(frame, false, false)
+    }
+
+    /// Feeds one 20 ms frame heard while Jarvis's voice plays (`strict`: an utterance opens only
+    /// on the strict onset), or judged its echo's `residue` (never voiced).
+    pub fn push_judged(&mut self, frame: &[i16], strict: bool, residue: bool) -> Vec<Segment> {
         let mut out = Vec::new();
         let frame = if frame.len() == FRAME {
             frame.to_vec()
@@ -145,8 +159,11 @@ impl Segmenter {
             f
         };
         let rms = (frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / FRAME as f64).sqrt();
-        let voiced = self.vad.0.is_voice_segment(&frame).unwrap_or(false)
+        let heard = self.vad.0.is_voice_segment(&frame).unwrap_or(false)
             && rms as f32 >= self.settings.floor_rms;
+        // Residue never opens an utterance; inside one, where the canceller also holds back a
+        // person talking over Jarvis's voice, it counts as what the detector says.
+        let voiced = heard && (!residue || self.current.is_some());
         let index = self.frame_index;
         self.frame_index += 1;
         let s = self.settings;
@@ -169,12 +186,26 @@ impl Segmenter {
         }
 
         self.recent.push_back((frame, voiced));
-        while self.recent.len() > s.pre_roll_frames.max(s.onset_window) {
+        let longest = s
+            .pre_roll_frames
+            .max(s.onset_window)
+            .max(s.strict_onset_window);
+        while self.recent.len() > longest {
             self.recent.pop_front();
         }
-        let window = self.recent.iter().rev().take(s.onset_window);
-        let voiced_recent = window.filter(|(_, v)| *v).count();
-        if voiced && voiced_recent >= s.onset_frames {
+        let (window, needed) = if strict {
+            (s.strict_onset_window, s.strict_onset_frames)
+        } else {
+            (s.onset_window, s.onset_frames)
+        };
+        let voiced_recent = self
+            .recent
+            .iter()
+            .rev()
+            .take(window)
+            .filter(|(_, v)| *v)
+            .count();
+        if voiced && voiced_recent >= needed {
             let kept = self.recent.len().min(s.pre_roll_frames.max(1));
             let start_frame = index + 1 - kept as u64;
             let mut samples = Vec::with_capacity(FRAME * 100);

@@ -119,15 +119,21 @@ pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event
 
 /// Waits until `done` holds, looking every 20 ms; panics naming `what` if it does not within
 /// [`LIMIT`] (for what no event announces: a file, another process's store, a recorder).
-pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub async fn eventually(what: &str, done: impl FnMut() -> bool) {
+    eventually_within(LIMIT, what, done).await
+}
+
+/// [`eventually`] with a bound of its own, for what takes longer than [`LIMIT`] by design (a
+/// thirty-second answer said at real time).
+pub async fn eventually_within(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let wait = async {
         while !done() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(LIMIT, wait)
+    tokio::time::timeout(limit, wait)
         .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+        .unwrap_or_else(|_| panic!("timed out waiting for {what} (bound: {limit:?})"));
 }
 
 /// Waits until a stream is held at `gate`; panics if none gets there within [`LIMIT`].
@@ -212,7 +218,8 @@ pub async fn output(cmd: &mut tokio::process::Command) -> (i32, String, String) 
     output_within(LIMIT, cmd).await
 }
 
-/// Runs a command to its end within `limit`, returning status, stdout and stderr.
+/// Runs a command to its end within `limit` (a command that transcribes speech wants more than
+/// [`LIMIT`] on a loaded machine), returning status, stdout and stderr.
 pub async fn output_within(
     limit: Duration,
     cmd: &mut tokio::process::Command,
@@ -297,4 +304,23 @@ pub fn model_dir() -> PathBuf {
         Err(_) => jarvis::config::Config::installed_model_dir(&|k| std::env::var(k).ok())
             .expect("a home directory"),
     }
+}
+
+/// The installed whisper tiny.en, loaded once per test process. One thread: whisper.cpp's threads
+/// wait for each other by spinning, and with both cores busy two of them took 3 to 9 s for what
+/// one does in 1.8 s.
+pub fn whisper() -> Arc<dyn jarvis::voice::Transcriber> {
+    static WHISPER: std::sync::OnceLock<Arc<jarvis::voice::Whisper>> = std::sync::OnceLock::new();
+    WHISPER
+        .get_or_init(|| {
+            Arc::new(
+                jarvis::voice::models::load_whisper(
+                    &model_dir(),
+                    jarvis::config::SpeechModel::TinyEn,
+                    1,
+                )
+                .unwrap_or_else(|e| panic!("{e}")),
+            )
+        })
+        .clone()
 }

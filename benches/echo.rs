@@ -1,0 +1,217 @@
+//! Echo cancellation benchmarks on the simulated room (`fixtures::rooms`: 20–60 ms late, RT60
+//! 0.3–0.5 s, −3 to −12 dB, a little noise), offline through the same canceller and listener
+//! as `jarvis listen --playback`:
+//! - echo return loss enhancement after convergence, per room (goal ≥ 25 dB);
+//! - false barge-ins over 50 simulated answers on speakers: voice lowered (a speech onset while
+//!   it plays) or utterances heard from its own voice, without the canceller (today's loop, the
+//!   baseline) and with it (goal 0);
+//! - a question and a lone "stop" said over the voice at full volume (the voice lowered as the
+//!   loop lowers it once it hears the onset): how many come through right;
+//! - the canceller's cost per 10 ms frame, in µs and % of one core.
+//!
+//! Run: `cargo bench --bench echo`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use jarvis::config::{Config, SpeechModel};
+use jarvis::service::ListenMode;
+use jarvis::voice::echo::{Canceller, OfflineEcho};
+use jarvis::voice::fixtures::{self, ducked, mix_into, rooms};
+use jarvis::voice::listen::{ListenEvent, Shared};
+use jarvis::voice::{audio, models, Heard, Listener, Transcriber, UtteranceReport, SAMPLE_RATE};
+
+fn model_dir() -> std::path::PathBuf {
+    match std::env::var("JARVIS_TEST_MODELS") {
+        Ok(dir) => dir.into(),
+        Err(_) => {
+            Config::installed_model_dir(&|k| std::env::var(k).ok()).expect("a home directory")
+        }
+    }
+}
+
+const ANSWERS: [&str; 10] = [
+    "The Eiffel Tower was built for the world fair of eighteen eighty nine. It is about three hundred metres tall.",
+    "Paris lies on the river Seine in the north of France. Millions of people visit it every year.",
+    "A timer is set for ten minutes. I will tell you when it is done, so you can get on with cooking.",
+    "Mount Everest is eight thousand eight hundred and forty nine metres high. It sits on the border of Nepal and China.",
+    "Pride and Prejudice was written by Jane Austen and published in eighteen thirteen. It is still widely read.",
+    "Tomorrow will be cloudy in the morning with some sun in the afternoon, and a high of eighteen degrees.",
+    "To boil an egg, put it in boiling water for seven minutes, then cool it under cold water before you peel it.",
+    "The speed of light is about three hundred thousand kilometres a second. Light from the sun takes eight minutes to reach us.",
+    "Your next meeting is at three o'clock with the design team, in the small room on the second floor.",
+    "Whales are mammals: they breathe air, and they feed their young with milk, just as land mammals do.",
+];
+
+/// Ducks (speech onsets while the voice plays) and utterances heard over `mic`.
+fn listen(
+    whisper: &Arc<dyn Transcriber>,
+    mic: &[f32],
+    played: &[f32],
+    cancel: bool,
+    skip_ms: u64,
+) -> (usize, Vec<UtteranceReport>) {
+    let shared = Shared::default();
+    let mut listener = Listener::new(
+        ListenMode::HandsFree,
+        whisper.clone(),
+        None,
+        0.5,
+        shared.clone(),
+    );
+    // Without the canceller, today's loop still knows when its voice plays.
+    let playing: Vec<bool> = played
+        .chunks(320)
+        .map(|c| audio::loudness(c) > 0.0)
+        .collect();
+    let mut echo = cancel.then(|| OfflineEcho::new(played));
+    let (mut ducks, mut heard) = (0, Vec::new());
+    let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    for (k, frame) in audio::frames_of(&mic16).into_iter().enumerate() {
+        let (frame, residue) = match echo.as_mut() {
+            Some(echo) => {
+                let (cleaned, speaking) = echo.next(&frame);
+                shared.set_speaking(speaking);
+                (cleaned.frame, cleaned.residue)
+            }
+            None => {
+                let to = (k + 1).min(playing.len());
+                let recent = playing[k.saturating_sub(25).min(to)..to].iter().any(|p| *p);
+                shared.set_speaking(recent);
+                (frame, false)
+            }
+        };
+        for event in listener.push_judged(&frame, residue).unwrap() {
+            match event {
+                ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks += 1,
+                ListenEvent::Heard(r)
+                    if (r.heard != Heard::Noise || !r.text.is_empty()) && r.start_ms >= skip_ms =>
+                {
+                    heard.push(r)
+                }
+                _ => {}
+            }
+        }
+    }
+    for event in listener.finish().unwrap() {
+        if let ListenEvent::Heard(r) = event {
+            if r.heard != Heard::Noise && r.start_ms >= skip_ms {
+                heard.push(r);
+            }
+        }
+    }
+    (ducks, heard)
+}
+
+fn main() {
+    let whisper: Arc<dyn Transcriber> = Arc::new(
+        models::load_whisper(&model_dir(), SpeechModel::TinyEn, 2)
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let rooms = rooms();
+    let long = fixtures::speech(&ANSWERS.join(" "))
+        .expect("espeak-ng")
+        .samples;
+
+    println!("## echo return loss enhancement (after the first 3 s)");
+    for (i, room) in rooms.iter().enumerate() {
+        let mic = room.hear(&long);
+        println!(
+            "room {i} ({} ms, RT60 {} s, {} dB): {:.1} dB",
+            room.delay_ms,
+            room.rt60_s,
+            room.gain_db,
+            OfflineEcho::erle_db(&mic, &long, 3.0)
+        );
+    }
+
+    println!("## false barge-ins: 50 answers on speakers (10 answers x 5 rooms)");
+    // Each answer follows another in the same room (2 s of quiet between), as in a
+    // conversation: the canceller has heard the room before; the first answer it ever hears
+    // is counted apart.
+    let (mut base_ducks, mut base_heard, mut ducks, mut heard) = (0, 0, 0, 0);
+    let (mut first_ducks, mut first_heard) = (0, 0);
+    let mut examples = Vec::new();
+    let quiet = vec![0.0_f32; 2 * SAMPLE_RATE as usize];
+    for (a, text) in ANSWERS.iter().enumerate() {
+        let answer = fixtures::said(text, a).expect("espeak-ng");
+        let before = fixtures::said(ANSWERS[(a + 1) % ANSWERS.len()], a + 1).expect("espeak-ng");
+        let played: Vec<f32> = [before.as_slice(), &quiet, &answer].concat();
+        let skip_ms = ((before.len() + quiet.len()) / 16) as u64;
+        for room in rooms.iter().take(5) {
+            let mic = room.hear(&played);
+            let (d, h) = listen(&whisper, &mic, &played, false, skip_ms);
+            base_ducks += d;
+            base_heard += h.len();
+            let (d, h) = listen(&whisper, &mic, &played, true, skip_ms);
+            ducks += d;
+            heard += h.len();
+            examples.extend(h.into_iter().map(|r| r.text));
+            if a == 0 {
+                let mic = room.hear(&answer);
+                let (d, h) = listen(&whisper, &mic, &answer, true, 0);
+                first_ducks += d;
+                first_heard += h.len();
+            }
+        }
+    }
+    println!("without the canceller (today's loop): {base_ducks} ducks, {base_heard} utterances");
+    println!("with the canceller: {ducks} ducks, {heard} utterances {examples:?}");
+    println!(
+        "the first answer it ever hears, 5 rooms: {first_ducks} ducks, {first_heard} utterances"
+    );
+
+    println!("## said over its voice (10 each; rooms, voices and moments varied)");
+    let answer = fixtures::speech(ANSWERS[..4].join(" ").as_str())
+        .expect("espeak-ng")
+        .samples;
+    let (mut questions_right, mut stops_right) = (0, 0);
+    for i in 0..10 {
+        let room = rooms[i % rooms.len()];
+        let at = SAMPLE_RATE as usize * (6 + i);
+        let q =
+            fixtures::said("What is the weather like in Paris tomorrow?", i).expect("espeak-ng");
+        let played = ducked(&answer, at, q.len());
+        let mut mic = room.hear(&played);
+        mix_into(&mut mic, &q, at);
+        let (_, h) = listen(&whisper, &mic, &played, true, 1500);
+        let right = h.len() == 1 && {
+            let t = h[0].text.to_lowercase();
+            h[0].heard == Heard::Question && t.contains("weather") && t.contains("tomorrow")
+        };
+        questions_right += usize::from(right);
+        let word = [
+            "Stop.",
+            "Stop!",
+            "Jarvis, stop.",
+            "Stop it.",
+            "Stop talking.",
+        ][i % 5];
+        let s = fixtures::said(word, i).expect("espeak-ng");
+        let played = ducked(&answer, at, s.len());
+        let mut mic = room.hear(&played);
+        mix_into(&mut mic, &s, at);
+        let (_, h) = listen(&whisper, &mic, &played, true, 1500);
+        stops_right += usize::from(h.iter().any(|r| r.heard == Heard::Stop));
+    }
+    println!(
+        "questions with their words: {questions_right}/10; stops heard as stop: {stops_right}/10"
+    );
+
+    println!("## canceller cost");
+    let mic = rooms[0].hear(&long);
+    let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    let frames = audio::frames_of(&mic16);
+    let mut canceller = Canceller::new(0);
+    let started = Instant::now();
+    for (k, frame) in frames.iter().enumerate() {
+        let from = (k * 320).min(long.len());
+        let to = (from + 320).min(long.len());
+        std::hint::black_box(canceller.cancel(frame, &long[from..to]));
+    }
+    let per_10ms = started.elapsed().as_secs_f64() * 1e6 / (frames.len() * 2) as f64;
+    println!(
+        "{per_10ms:.0} µs per 10 ms frame = {:.2} % of one core",
+        per_10ms / 10_000.0 * 100.0
+    );
+}

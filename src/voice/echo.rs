@@ -1,0 +1,924 @@
+//! Echo cancellation: what the microphone hears of Jarvis's own voice is taken out before the
+//! detector, the wake word or whisper see it (promise 5).
+//!
+//! The far end is exactly what was handed to the output device, volume applied (a sink hands it
+//! to a [`PlaybackTap`]); a [`Reference`] keeps it on a 16 kHz time line, and a [`Canceller`]
+//! (WebRTC's AEC3 in pure Rust, through `sonora`) takes it out of each captured frame. In the
+//! voice loop the canceller runs on a thread of its own right behind the microphone
+//! ([`EchoCancelled`]), so a transcription that holds the listener never shifts the capture
+//! against the reference; `jarvis listen --playback` feeds the two files to the same canceller
+//! frame by frame.
+//!
+//! Around AEC3: a frame it took most out of while the voice rings is *residue* and never opens
+//! an utterance (what it leaves while it converges is loud enough to sound like speech); and
+//! where the microphone's loudness does not follow the voice at all (headphones) the microphone
+//! is listened to as it is, since AEC3 would hold back the user's words while it learns that no
+//! echo comes back.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rubato::{FftFixedIn, Resampler};
+use sonora::config::EchoCanceller;
+use sonora::{AudioProcessing, Config, StreamConfig};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use super::audio::PlaybackTap;
+use super::audio::{AudioSource, Capture, DeviceLost};
+use super::listen::{ListenEvent, Listener, Shared};
+use super::{VoiceError, FRAME, SAMPLE_RATE};
+
+/// Samples per 10 ms at the listening rate: the canceller's block.
+const BLOCK: usize = SAMPLE_RATE as usize / 100;
+
+/// A streaming resampler to the listening rate, for one input rate.
+pub(crate) struct ToListeningRate {
+    rate: u32,
+    resampler: Option<FftFixedIn<f32>>,
+    input: Vec<f32>,
+    /// Output samples still to drop: the resampler's own delay, so that what comes out sits
+    /// where it was played.
+    delay: usize,
+}
+
+impl ToListeningRate {
+    pub(crate) fn new(rate: u32) -> Result<ToListeningRate, VoiceError> {
+        let resampler = if rate == SAMPLE_RATE {
+            None
+        } else {
+            // 10 ms blocks: the resampler's own delay stays about a block.
+            Some(
+                FftFixedIn::<f32>::new(
+                    rate as usize,
+                    SAMPLE_RATE as usize,
+                    (rate as usize / 100).max(1),
+                    1,
+                    1,
+                )
+                .map_err(|e| VoiceError::Resample(e.to_string()))?,
+            )
+        };
+        Ok(ToListeningRate {
+            rate,
+            delay: resampler.as_ref().map_or(0, |r| r.output_delay()),
+            resampler,
+            input: Vec::new(),
+        })
+    }
+
+    pub(crate) fn push(&mut self, samples: &[f32], out: &mut Vec<f32>) {
+        match &mut self.resampler {
+            None => out.extend_from_slice(samples),
+            Some(resampler) => {
+                self.input.extend_from_slice(samples);
+                let need = resampler.input_frames_next();
+                let mut at = 0;
+                while self.input.len() - at >= need {
+                    if let Ok(block) = resampler.process(&[&self.input[at..at + need]], None) {
+                        let drop = self.delay.min(block[0].len());
+                        self.delay -= drop;
+                        out.extend_from_slice(&block[0][drop..]);
+                    }
+                    at += need;
+                }
+                self.input.drain(..at);
+            }
+        }
+    }
+}
+
+/// Puts what a sink hands over, in the pieces it comes in, on the listening rate's time line:
+/// each piece's samples resampled, and where they start (an anchor instant and a count of
+/// samples after it). Pieces that follow on from the last are placed right after it, however
+/// the resampler buffers them; after a gap a new anchor is taken (and the resampler starts
+/// afresh, so nothing of before bleeds into it).
+pub(crate) struct Placer {
+    resampler: Option<ToListeningRate>,
+    anchor: Instant,
+    emitted: u64,
+    next_input: Option<Instant>,
+}
+
+impl Default for Placer {
+    fn default() -> Self {
+        Placer {
+            resampler: None,
+            anchor: Instant::now(),
+            emitted: 0,
+            next_input: None,
+        }
+    }
+}
+
+impl Placer {
+    /// The piece at the listening rate, with its anchor and the offset from it of its first
+    /// sample; `None` if the rate cannot be resampled.
+    pub(crate) fn place(
+        &mut self,
+        samples: &[f32],
+        rate: u32,
+        at: Instant,
+    ) -> Option<(Instant, u64, Vec<f32>)> {
+        let gap = self.next_input.is_none_or(|next| at > next + REANCHOR);
+        if gap || self.resampler.as_ref().map(|r| r.rate) != Some(rate) {
+            match ToListeningRate::new(rate) {
+                Ok(r) => self.resampler = Some(r),
+                Err(err) => {
+                    tracing::warn!(%err, rate, "the echo reference cannot take this rate");
+                    return None;
+                }
+            }
+            self.anchor = at;
+            self.emitted = 0;
+        }
+        let length = Duration::from_secs_f64(samples.len() as f64 / f64::from(rate.max(1)));
+        self.next_input = Some(at.max(self.next_input.unwrap_or(at)) + length);
+        let mut out =
+            Vec::with_capacity(samples.len() * SAMPLE_RATE as usize / rate as usize + BLOCK);
+        if let Some(r) = self.resampler.as_mut() {
+            r.push(samples, &mut out);
+        }
+        let offset = self.emitted;
+        self.emitted += out.len() as u64;
+        Some((self.anchor, offset, out))
+    }
+}
+
+/// A gap this long in what is played (the device ran dry, or a new answer began) starts the
+/// reference's time line anew at the wall clock; shorter ones are taken as the device's own
+/// jitter.
+const REANCHOR: Duration = Duration::from_millis(30);
+/// How much of the past the reference keeps for a capture running late.
+const KEEP: usize = 2 * SAMPLE_RATE as usize;
+
+struct Timeline {
+    epoch: Instant,
+    /// The first sample of `samples` on the time line (16 kHz samples since `epoch`).
+    start: i64,
+    samples: VecDeque<f32>,
+    placer: Placer,
+}
+
+impl Timeline {
+    fn index_of(&self, at: Instant) -> i64 {
+        let since = at.saturating_duration_since(self.epoch).as_secs_f64();
+        (since * f64::from(SAMPLE_RATE)) as i64
+    }
+}
+
+/// What Jarvis played, on a 16 kHz time line shared with the microphone. Cheap to clone.
+#[derive(Clone)]
+pub struct Reference {
+    inner: Arc<Mutex<Timeline>>,
+}
+
+impl Default for Reference {
+    fn default() -> Self {
+        Reference::new()
+    }
+}
+
+impl Reference {
+    /// An empty reference.
+    pub fn new() -> Reference {
+        Reference {
+            inner: Arc::new(Mutex::new(Timeline {
+                epoch: Instant::now(),
+                start: 0,
+                samples: VecDeque::new(),
+                placer: Placer::default(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Timeline> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time-line index of `at`.
+    fn index_of(&self, at: Instant) -> i64 {
+        self.lock().index_of(at)
+    }
+
+    /// What was played over `[from, from + n)` on the time line (silence where nothing was).
+    fn read(&self, from: i64, n: usize) -> Vec<f32> {
+        let mut timeline = self.lock();
+        let mut out = vec![0.0; n];
+        let start = timeline.start;
+        for (i, slot) in out.iter_mut().enumerate() {
+            let at = from + i as i64 - start;
+            if at >= 0 {
+                if let Some(s) = timeline.samples.get(at as usize) {
+                    *slot = *s;
+                }
+            }
+        }
+        // What lies well behind the reader is not needed again.
+        let behind = (from - KEEP as i64 - timeline.start).clamp(0, timeline.samples.len() as i64);
+        timeline.samples.drain(..behind as usize);
+        timeline.start += behind;
+        out
+    }
+}
+
+impl PlaybackTap for Reference {
+    fn played(&self, samples: &[f32], rate: u32, at: Instant) {
+        if samples.is_empty() || rate == 0 {
+            return;
+        }
+        let mut timeline = self.lock();
+        let Some((anchor, offset, resampled)) = timeline.placer.place(samples, rate, at) else {
+            return;
+        };
+        let write = timeline.index_of(anchor) + offset as i64;
+        let end = timeline.start + timeline.samples.len() as i64;
+        if timeline.samples.is_empty() {
+            timeline.start = write;
+        } else if write > end {
+            let gap = (write - end) as usize;
+            timeline.samples.extend(std::iter::repeat_n(0.0, gap));
+        }
+        // (`write` never falls behind what is stored: it only moves on.)
+        let offset = (write - timeline.start).max(0) as usize;
+        timeline.samples.truncate(offset);
+        timeline.samples.extend(resampled.iter().copied());
+        // Bound it even if nobody reads.
+        let len = timeline.samples.len();
+        if len > 4 * KEEP {
+            let drop = len - 2 * KEEP;
+            timeline.samples.drain(..drop);
+            timeline.start += drop as i64;
+        }
+    }
+}
+
+/// How the canceller did, for `jarvis doctor`, the benchmarks and the tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EchoStats {
+    /// AEC3's own estimate of the echo removed (dB), once it has one.
+    pub erle_db: Option<f64>,
+    /// The delay it found between what played and what the microphone heard (ms).
+    pub delay_ms: Option<i32>,
+}
+
+/// Frames (20 ms) of Jarvis's voice the canceller needs to converge.
+const SETTLING_FRAMES: u32 = 250;
+/// How long after the voice stops its echo can still ring in a room (frames).
+const RING_FRAMES: u32 = 25;
+/// A frame left with less than this share of its energy was echo (−10 dB).
+const RESIDUE: f64 = 0.1;
+/// While settling: less than half (−3 dB).
+const SETTLING_RESIDUE: f64 = 0.5;
+
+/// A frame with Jarvis's voice taken out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancelled {
+    /// The frame.
+    pub frame: Vec<i16>,
+    /// Most of what was heard was Jarvis's own echo: what is left is its residue, and does not
+    /// count as someone speaking.
+    pub residue: bool,
+}
+
+/// Whether Jarvis's voice comes back into the microphone at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EchoPath {
+    /// Not yet known: the canceller is trusted, as if it did.
+    Unknown,
+    /// It does (speakers): the canceller's output is listened to.
+    Present,
+    /// It does not (headphones, or a muted speaker): what the microphone hears is listened to
+    /// as it is, since AEC3 would hold back the user's words while it learns that no echo comes.
+    Absent,
+}
+
+/// Tells whether the microphone's loudness follows the voice's, at any delay up to 500 ms: the
+/// correlation of their 20 ms log energies over the last 3 s, judged every 100 ms once the voice
+/// has sounded for 300 ms.
+struct PathJudge {
+    played: VecDeque<f32>,
+    heard: VecDeque<f32>,
+    active: VecDeque<bool>,
+    frames: u32,
+    low_runs: u32,
+    /// Frames since the voice last sounded.
+    quiet: u32,
+    /// The delay (frames) of the last judgements' best correlations, and how many in a row
+    /// agreed on it: an echo keeps its delay, a person's speech matches the voice only by chance,
+    /// each time at another.
+    lag: Option<usize>,
+    agreed: u32,
+    path: EchoPath,
+}
+
+const JUDGE_WINDOW: usize = 150;
+const JUDGE_LAGS: usize = 25;
+/// Frames of voice a judgement compares at the least (1 s): fewer match anything by chance.
+const MIN_COMPARED: usize = 50;
+/// A frame the microphone heard something in stands this far above the quietest of the window.
+const HEARD_OVER_FLOOR_DB: f32 = 6.0;
+/// The share of the voice's frames an echo is heard in at the least.
+const COVERED: f32 = 0.6;
+
+impl PathJudge {
+    fn new() -> PathJudge {
+        PathJudge {
+            played: VecDeque::new(),
+            heard: VecDeque::new(),
+            active: VecDeque::new(),
+            frames: 0,
+            low_runs: 0,
+            quiet: 0,
+            lag: None,
+            agreed: 0,
+            path: EchoPath::Unknown,
+        }
+    }
+
+    fn push(&mut self, capture: &[i16], played: &[f32]) -> EchoPath {
+        let log = |mean_square: f64| (10.0 * mean_square.max(1e-7).log10()) as f32;
+        let n = capture.len().max(1) as f64;
+        let heard = capture
+            .iter()
+            .map(|s| (f64::from(*s) / 32768.0).powi(2))
+            .sum::<f64>()
+            / n;
+        let playing =
+            played.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / played.len().max(1) as f64;
+        let active = super::audio::loudness(played) > 0.2;
+        self.quiet = if active { 0 } else { self.quiet + 1 };
+        if self.quiet >= 50 {
+            // A second of quiet: the next judgement is of the next thing said alone, not of the
+            // user's question before it.
+            self.played.clear();
+            self.heard.clear();
+            self.active.clear();
+            return self.path;
+        }
+        self.played.push_back(log(playing));
+        self.heard.push_back(log(heard));
+        self.active.push_back(active);
+        while self.played.len() > JUDGE_WINDOW + JUDGE_LAGS {
+            self.played.pop_front();
+            self.heard.pop_front();
+            self.active.pop_front();
+        }
+        self.frames += 1;
+        if self.frames % 5 == 0 {
+            self.judge();
+        }
+        self.path
+    }
+
+    fn judge(&mut self) {
+        let len = self.heard.len();
+        if len < JUDGE_LAGS + 10 {
+            return;
+        }
+        let active = self.active.iter().filter(|a| **a).count();
+        if active < 15 {
+            return;
+        }
+        let span = len - JUDGE_LAGS;
+        let heard: Vec<f32> = self.heard.iter().skip(JUDGE_LAGS).copied().collect();
+        // Only the stretches where the voice sounded are compared: an echo follows the voice
+        // syllable by syllable there, while a person speaking over it matches it only in when
+        // both fall silent (a question said as a sentence begins), which says nothing. And an
+        // echo is heard through nearly all of the voice: a person, who also pauses, is not.
+        let floor = heard.iter().copied().fold(f32::MAX, f32::min);
+        let Some((best_lag, best)) = (0..=JUDGE_LAGS)
+            .map(|lag| {
+                let (played, heard): (Vec<f32>, Vec<f32>) = self
+                    .played
+                    .iter()
+                    .zip(self.active.iter())
+                    .skip(JUDGE_LAGS - lag)
+                    .take(span)
+                    .zip(heard.iter())
+                    .filter(|((_, active), _)| **active)
+                    .map(|((p, _), h)| (*p, *h))
+                    .unzip();
+                if played.len() < MIN_COMPARED {
+                    return None;
+                }
+                let covered = heard
+                    .iter()
+                    .filter(|h| **h > floor + HEARD_OVER_FLOOR_DB)
+                    .count();
+                let score = if (covered as f32) < COVERED * played.len() as f32 {
+                    0.0
+                } else {
+                    correlation(&played, &heard)
+                };
+                Some((lag, score))
+            })
+            .fold(None, |a: Option<(usize, f32)>, b| match (a, b) {
+                (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+                (a, b) => a.or(b),
+            })
+        else {
+            // Too little of the voice yet to say anything.
+            return;
+        };
+        let same = self.lag.is_some_and(|l| l.abs_diff(best_lag) <= 1);
+        self.agreed = if best >= 0.5 && same {
+            self.agreed + 1
+        } else {
+            0
+        };
+        self.lag = (best >= 0.5).then_some(best_lag);
+        self.path = match self.path {
+            _ if best >= 0.5 && self.agreed >= 2 => {
+                self.low_runs = 0;
+                EchoPath::Present
+            }
+            EchoPath::Present if best < 0.15 => {
+                // Speakers are not given up on a few quiet judgements: a person talking over the
+                // voice lowers the correlation too. Five seconds of voice that the microphone
+                // never follows (headphones plugged in) are needed.
+                self.low_runs += 1;
+                if self.low_runs >= 50 {
+                    EchoPath::Absent
+                } else {
+                    EchoPath::Present
+                }
+            }
+            EchoPath::Unknown if best < 0.25 => EchoPath::Absent,
+            path => path,
+        };
+    }
+}
+
+fn correlation(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    if n < 2 {
+        return 0.0;
+    }
+    let mean = |x: &[f32]| x[..n].iter().sum::<f32>() / n as f32;
+    let (ma, mb) = (mean(a), mean(b));
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let (x, y) = (a[i] - ma, b[i] - mb);
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa <= f32::EPSILON || bb <= f32::EPSILON {
+        return 0.0;
+    }
+    ab / (aa.sqrt() * bb.sqrt())
+}
+
+/// WebRTC's AEC3 with its residual-echo suppressor, on 16 kHz mono, fed 20 ms frames.
+pub struct Canceller {
+    apm: AudioProcessing,
+    judge: PathJudge,
+    /// Frames of voice still to hear before it has converged.
+    settling: u32,
+    /// Frames for which the echo may still ring.
+    ringing: u32,
+    delay_hint_ms: i32,
+    render_out: Vec<f32>,
+    capture_out: Vec<f32>,
+}
+
+impl Canceller {
+    /// A canceller told to expect the echo about `delay_hint_ms` after it was played (its own
+    /// delay estimator finds the true delay; the hint is where it starts).
+    pub fn new(delay_hint_ms: u32) -> Canceller {
+        let stream = StreamConfig::new(SAMPLE_RATE, 1);
+        let apm = AudioProcessing::builder()
+            .config(Config {
+                echo_canceller: Some(EchoCanceller::default()),
+                ..Default::default()
+            })
+            .capture_config(stream)
+            .render_config(stream)
+            .build();
+        Canceller {
+            apm,
+            delay_hint_ms: delay_hint_ms.min(500) as i32,
+            judge: PathJudge::new(),
+            settling: SETTLING_FRAMES,
+            ringing: 0,
+            render_out: vec![0.0; BLOCK],
+            capture_out: vec![0.0; BLOCK],
+        }
+    }
+
+    /// One 20 ms frame heard, with what was played over the same 20 ms (16 kHz; silence when
+    /// nothing was): the frame without Jarvis's voice.
+    pub fn cancel(&mut self, capture: &[i16], played: &[f32]) -> Cancelled {
+        let out = self.cancel_linear(capture, played);
+        match self.judge.push(capture, played) {
+            // (The canceller runs on, ready for the day the speaker is heard again.)
+            EchoPath::Absent => {
+                return Cancelled {
+                    frame: capture.to_vec(),
+                    residue: false,
+                }
+            }
+            // Until it is known whether the voice comes back (a few hundred ms into the first
+            // answer it ever speaks), what is heard is listened to as it is, as before there was
+            // a canceller: AEC3 would hold back the words of a person with headphones.
+            EchoPath::Unknown => {
+                return Cancelled {
+                    frame: capture.to_vec(),
+                    residue: false,
+                };
+            }
+            EchoPath::Present => {}
+        }
+        if super::audio::loudness(played) > 0.0 {
+            self.settling = self.settling.saturating_sub(1);
+            self.ringing = RING_FRAMES;
+        }
+        let mut residue = false;
+        if self.ringing > 0 {
+            self.ringing -= 1;
+            // A frame the canceller took most out of (−10 dB or more) while Jarvis's voice can
+            // still be heard was its echo: what is left is residue, not a person, who keeps
+            // most of a frame's energy.
+            let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
+            // (While it settles, the canceller takes less out: half is enough to tell.)
+            let share = if self.settling > 0 {
+                SETTLING_RESIDUE
+            } else {
+                RESIDUE
+            };
+            residue = energy(&out) < energy(capture) * share;
+        }
+        Cancelled {
+            frame: out,
+            residue,
+        }
+    }
+
+    fn cancel_linear(&mut self, capture: &[i16], played: &[f32]) -> Vec<i16> {
+        let mut out = Vec::with_capacity(FRAME);
+        for (i, chunk) in capture.chunks(BLOCK).enumerate() {
+            let mut mic: Vec<f32> = chunk.iter().map(|s| f32::from(*s) / 32768.0).collect();
+            mic.resize(BLOCK, 0.0);
+            let mut far = [0.0_f32; BLOCK];
+            if let Some(p) = played.get(i * BLOCK..) {
+                let n = p.len().min(BLOCK);
+                far[..n].copy_from_slice(&p[..n]);
+            }
+            // (Errors here are only for malformed frames, which these never are.)
+            let _ = self
+                .apm
+                .process_render_f32(&[&far], &mut [&mut self.render_out]);
+            let _ = self.apm.set_stream_delay_ms(self.delay_hint_ms);
+            if self
+                .apm
+                .process_capture_f32(&[&mic], &mut [&mut self.capture_out])
+                .is_err()
+            {
+                self.capture_out.copy_from_slice(&mic);
+            }
+            out.extend(
+                self.capture_out[..chunk.len()]
+                    .iter()
+                    .map(|s| super::audio::to_i16(*s)),
+            );
+        }
+        out
+    }
+
+    /// What it measured so far.
+    pub fn stats(&self) -> EchoStats {
+        let stats = self.apm.statistics();
+        EchoStats {
+            erle_db: stats.echo_return_loss_enhancement,
+            delay_ms: stats.delay_ms.or(stats.delay_median_ms),
+        }
+    }
+}
+/// The canceller over two recordings on one time line (`jarvis listen --playback`, the tests and
+/// the benchmarks): frame `k` of the microphone is paired with frame `k` of what played.
+pub struct OfflineEcho {
+    played: Vec<f32>,
+    canceller: Canceller,
+    frame: usize,
+    /// Frames since something was last played loud enough to be heard.
+    quiet_frames: usize,
+}
+
+/// How long after Jarvis's voice last sounded it still counts as speaking (its echo's tail).
+const SPEAKING_TAIL_FRAMES: usize = 25;
+
+impl OfflineEcho {
+    /// What played, at 16 kHz.
+    pub fn new(played: &[f32]) -> OfflineEcho {
+        OfflineEcho {
+            played: played.to_vec(),
+            // The two share a time line: the delay is the room's alone.
+            canceller: Canceller::new(0),
+            frame: 0,
+            quiet_frames: SPEAKING_TAIL_FRAMES,
+        }
+    }
+
+    /// What played and what the microphone heard, both whole (`jarvis listen --playback`):
+    /// whether the voice comes back is judged over the whole pair first, so the canceller knows
+    /// it from the first frame (in the loop it learns it a few hundred ms into its first answer).
+    pub fn knowing(played: &[f32], heard: &[i16]) -> OfflineEcho {
+        let mut judge = PathJudge::new();
+        for (k, frame) in heard.chunks(FRAME).enumerate() {
+            let from = (k * FRAME).min(played.len());
+            let to = (from + FRAME).min(played.len());
+            judge.push(frame, &played[from..to]);
+        }
+        let mut echo = OfflineEcho::new(played);
+        echo.canceller.judge.path = judge.path;
+        echo
+    }
+
+    /// Hears the next microphone frame through the canceller with `listener` (telling `shared`
+    /// whether the voice plays), as the voice loop does; without a canceller, as it is.
+    pub fn listen(
+        echo: Option<&mut OfflineEcho>,
+        listener: &mut Listener,
+        shared: &Shared,
+        frame: &[i16],
+    ) -> Result<Vec<ListenEvent>, VoiceError> {
+        match echo {
+            Some(echo) => {
+                let (cleaned, speaking) = echo.next(frame);
+                shared.set_speaking(speaking);
+                listener.push_judged(&cleaned.frame, cleaned.residue)
+            }
+            None => listener.push(frame),
+        }
+    }
+
+    /// The echo taken out of `heard` (16 kHz) after its first `skip_s` seconds, when `played`
+    /// is what played: its energy before over after, in dB.
+    pub fn erle_db(heard: &[f32], played: &[f32], skip_s: f32) -> f64 {
+        let mut echo = OfflineEcho::new(played);
+        let heard: Vec<i16> = heard.iter().map(|s| super::audio::to_i16(*s)).collect();
+        let skip = (skip_s * SAMPLE_RATE as f32) as usize;
+        let (mut before, mut after) = (0.0_f64, 0.0_f64);
+        let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
+        for (k, frame) in super::audio::frames_of(&heard).iter().enumerate() {
+            let clean = echo.next(frame).0.frame;
+            if k * FRAME >= skip {
+                before += energy(frame);
+                after += energy(&clean);
+            }
+        }
+        10.0 * (before / after.max(1.0)).log10()
+    }
+
+    /// The next microphone frame, cleaned, and whether Jarvis's voice was playing around it.
+    pub fn next(&mut self, frame: &[i16]) -> (Cancelled, bool) {
+        let from = (self.frame * FRAME).min(self.played.len());
+        let to = (from + FRAME).min(self.played.len());
+        let played = &self.played[from..to];
+        self.frame += 1;
+        let loud = super::audio::loudness(played) > 0.0;
+        self.quiet_frames = if loud { 0 } else { self.quiet_frames + 1 };
+        (
+            self.canceller.cancel(frame, played),
+            self.quiet_frames < SPEAKING_TAIL_FRAMES,
+        )
+    }
+
+    /// What the canceller measured.
+    pub fn stats(&self) -> EchoStats {
+        self.canceller.stats()
+    }
+}
+
+/// A microphone whose frames have Jarvis's voice taken out: a thread reads the inner capture as
+/// it comes, pairs each frame with what was played over the same 20 ms, and passes on the
+/// cleaned frame. One canceller serves every opening, so it stays converged while the
+/// microphone closes and opens again. A capture that is echo-cancelled already passes as it is.
+pub struct EchoCancelled {
+    inner: Arc<dyn AudioSource>,
+    reference: Reference,
+    canceller: Arc<Mutex<Canceller>>,
+}
+
+impl EchoCancelled {
+    /// `inner` with the echo of what `reference` records taken out.
+    pub fn new(inner: Arc<dyn AudioSource>, reference: Reference, delay_hint_ms: u32) -> Self {
+        EchoCancelled {
+            inner,
+            reference,
+            canceller: Arc::new(Mutex::new(Canceller::new(delay_hint_ms))),
+        }
+    }
+}
+
+/// How long a captured frame waits before it is cancelled: what was played over the same 20 ms
+/// reaches the reference a little late (a sink hands samples over in blocks, and resampling
+/// them holds a block back), and the frame waits for it rather than meet a reference with a hole.
+const CAPTURE_LAG: i64 = SAMPLE_RATE as i64 * 40 / 1000;
+
+/// The capture side's clock: frame `k` was heard over `[anchor + k·20 ms − 20 ms, anchor +
+/// k·20 ms)`, re-anchored when frames come so late or so early that the device's clock cannot
+/// explain it.
+struct CaptureClock {
+    next: Option<i64>,
+}
+
+impl CaptureClock {
+    /// Where the frame arriving now begins on the time line.
+    fn frame_start(&mut self, now: i64) -> i64 {
+        let expected = now - FRAME as i64;
+        let start = match self.next {
+            // Frames come in bursts from a device's buffer; a drift of more than 100 ms is not
+            // a burst.
+            Some(next) if (next - expected).abs() <= i64::from(SAMPLE_RATE) / 10 => next,
+            _ => expected,
+        };
+        self.next = Some(start + FRAME as i64);
+        start
+    }
+}
+
+impl AudioSource for EchoCancelled {
+    fn open(&self) -> Result<Capture, VoiceError> {
+        let mut inner = self.inner.open()?;
+        if inner.cancels_echo {
+            return Ok(inner);
+        }
+        let (tx, rx) = mpsc::channel(500);
+        let (residue_tx, residue_rx) = std::sync::mpsc::channel();
+        let close = CancellationToken::new();
+        let lost = DeviceLost::default();
+        let lost_here = lost.clone();
+        let reference = self.reference.clone();
+        let canceller = self.canceller.clone();
+        let stop = close.clone();
+        std::thread::Builder::new()
+            .name("jarvis-echo".into())
+            .spawn(move || {
+                let mut clock = CaptureClock { next: None };
+                let mut frames = 0_u64;
+                let mut canceller = canceller.lock().unwrap_or_else(|p| p.into_inner());
+                let mut waiting: VecDeque<(i64, Vec<i16>)> = VecDeque::new();
+                'capture: loop {
+                    let arrived = inner.frames.blocking_recv();
+                    if stop.is_cancelled() {
+                        break;
+                    }
+                    let now = reference.index_of(Instant::now());
+                    let ended = arrived.is_none();
+                    if let Some(frame) = arrived {
+                        waiting.push_back((clock.frame_start(now), frame));
+                    }
+                    while let Some((start, _)) = waiting.front() {
+                        if !ended && start + FRAME as i64 + CAPTURE_LAG > now {
+                            break;
+                        }
+                        let Some((start, frame)) = waiting.pop_front() else {
+                            break;
+                        };
+                    let played = reference.read(start, frame.len());
+                    let Cancelled { frame: cleaned, residue } = canceller.cancel(&frame, &played);
+                    frames += 1;
+                    if frames % 500 == 0 {
+                        let stats = canceller.stats();
+                        tracing::debug!(erle_db = ?stats.erle_db, delay_ms = ?stats.delay_ms, "echo canceller");
+                    }
+                    // (The judgement goes first: the listener reads it after its frame.)
+                    if residue_tx.send(residue).is_err() || tx.blocking_send(cleaned).is_err() {
+                        break 'capture;
+                    }
+                    }
+                    if ended {
+                        break;
+                    }
+                }
+                if let Some(why) = inner.lost() {
+                    lost_here.set(why);
+                }
+                // `inner` is dropped here: the device closes.
+            })
+            .map_err(|e| VoiceError::Device(format!("cannot start the echo canceller: {e}")))?;
+        let mut capture = Capture::new(rx, close, lost);
+        capture.residue = Some(residue_rx);
+        Ok(capture)
+    }
+}
+
+/// Whether a microphone's name says it is already echo-cancelled by the sound server
+/// (PulseAudio's or PipeWire's `echo-cancel` module), so Jarvis does not cancel twice.
+pub fn is_echo_cancelled_source(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    let folded: String = lower.chars().filter(|c| c.is_alphanumeric()).collect();
+    folded.contains("echocancel")
+        || lower
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|word| word == "aec")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path the judge reaches, frame by frame, for `mic` heard while `voice` played.
+    fn paths(voice: &[f32], mic: &[f32]) -> Vec<EchoPath> {
+        let mut judge = PathJudge::new();
+        voice
+            .chunks(FRAME)
+            .zip(mic.chunks(FRAME))
+            .map(|(played, heard)| {
+                let heard: Vec<i16> = heard
+                    .iter()
+                    .map(|s| super::super::audio::to_i16(*s))
+                    .collect();
+                judge.push(&heard, played)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
+        use crate::voice::fixtures::{self, mix_into, Room};
+        let voice = fixtures::speech(
+            "The Eiffel Tower was built for the world fair of eighteen eighty nine. It is about \
+             three hundred metres tall. For forty years it was the tallest structure in the \
+             world. More than seven million people climb it every year.",
+        )
+        .unwrap()
+        .samples;
+        // Headphones: nothing of the voice comes back; the user speaks whenever a sentence of
+        // it begins, so their loudness rises and falls with the voice's at a steady delay.
+        let mut mic = vec![0.0_f32; voice.len()];
+        let mut quiet = 8;
+        let mut next_free = 0;
+        let mut said = 0;
+        for (i, frame) in voice.chunks(FRAME).enumerate() {
+            let loud = super::super::audio::loudness(frame) > 0.2;
+            if loud && quiet >= 8 && i * FRAME >= next_free {
+                let words = fixtures::said("What is the capital of Spain?", said % 3).unwrap();
+                next_free = i * FRAME + words.len();
+                mix_into(&mut mic, &words, i * FRAME);
+                said += 1;
+            }
+            quiet = if loud { 0 } else { quiet + 1 };
+        }
+        assert!(said >= 3, "{said}");
+        let judged = paths(&voice, &mic);
+        assert!(
+            !judged.contains(&EchoPath::Present),
+            "an echo path was found where none is"
+        );
+        // Speakers: the same voice coming back through a room is found.
+        let judged = paths(&voice, &Room::default().hear(&voice));
+        assert_eq!(judged.last(), Some(&EchoPath::Present));
+    }
+
+    #[test]
+    fn the_reference_keeps_what_played_on_the_wall_clock_and_silence_around_it() {
+        let reference = Reference::new();
+        let t0 = Instant::now() + Duration::from_millis(100);
+        let at = reference.index_of(t0);
+        reference.played(&[0.5; 160], SAMPLE_RATE, t0);
+        // Played on in bursts, the time line stays contiguous.
+        reference.played(&[0.25; 160], SAMPLE_RATE, t0 + Duration::from_millis(2));
+        let read = reference.read(at - 10, 340);
+        assert!(read[..10].iter().all(|s| *s == 0.0));
+        assert!(read[10..170].iter().all(|s| *s == 0.5));
+        assert!(read[170..330].iter().all(|s| *s == 0.25));
+        assert!(read[330..].iter().all(|s| *s == 0.0));
+        // After a real gap it starts again where the clock is.
+        let later = t0 + Duration::from_millis(500);
+        reference.played(&[0.75; 160], SAMPLE_RATE, later);
+        let at_later = reference.index_of(later);
+        let read = reference.read(at_later, 160);
+        assert!(read.iter().all(|s| *s == 0.75), "{read:?}");
+    }
+
+    #[test]
+    fn a_reference_at_another_rate_comes_out_at_the_listening_rate() {
+        let reference = Reference::new();
+        let t0 = Instant::now();
+        let tone: Vec<f32> = (0..22_050)
+            .map(|i| (i as f32 * 440.0 * std::f32::consts::TAU / 22_050.0).sin() * 0.5)
+            .collect();
+        reference.played(&tone, 22_050, t0);
+        let at = reference.index_of(t0);
+        let read = reference.read(at, 16_000);
+        let rms = (read[1000..15_000].iter().map(|s| s * s).sum::<f32>() / 14_000.0).sqrt();
+        assert!((rms - 0.5 / 2f32.sqrt()).abs() < 0.05, "rms {rms}");
+    }
+
+    #[test]
+    fn echo_cancelled_sources_are_known_by_name() {
+        assert!(is_echo_cancelled_source("Echo-Cancel Source"));
+        assert!(is_echo_cancelled_source("echo-cancel-source"));
+        assert!(is_echo_cancelled_source(
+            "alsa_input.pci.analog-stereo.echo-cancel"
+        ));
+        assert!(!is_echo_cancelled_source("Built-in Audio Analog Stereo"));
+        assert!(!is_echo_cancelled_source("jarvis_in"));
+        assert!(is_echo_cancelled_source("USB mic (AEC)"));
+        assert!(!is_echo_cancelled_source("Maecenas Audio"));
+    }
+}

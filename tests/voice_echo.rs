@@ -1,0 +1,210 @@
+//! Echo cancellation on a simulated room, offline: what Jarvis plays comes back into the
+//! microphone late, softer and reverberant (a synthetic room impulse response), and the same
+//! canceller and listener `jarvis listen --playback` runs take it out before anything listens.
+//! The loop's own room tests (at real time) are in `voice_loop.rs`.
+
+mod support;
+
+use jarvis::service::ListenMode;
+use jarvis::voice::echo::OfflineEcho;
+use jarvis::voice::fixtures::{self, ducked, mix_into, rooms, Room};
+use jarvis::voice::listen::{ListenEvent, Shared};
+use jarvis::voice::{audio, Clip, Heard, Listener, UtteranceReport, SAMPLE_RATE};
+use support::*;
+
+fn speech(text: &str) -> Clip {
+    fixtures::speech(text).expect("espeak-ng makes the fixture")
+}
+
+const ANSWER: &str = "The Eiffel Tower was built for the world fair of eighteen eighty nine. \
+    It is about three hundred metres tall, and for forty years it was the tallest structure \
+    in the world. Its iron frame was designed by the engineers of Gustave Eiffel's company, \
+    and more than seven million people climb it every year. At night it sparkles for five \
+    minutes at the start of every hour.";
+
+/// The opening of the first answer a canceller ever hears is listened to as it is, until it
+/// knows whether the voice comes back (BENCHMARKS.md): what begins there is not counted here.
+const FIRST_OPENING_MS: u64 = 1500;
+/// How long `jarvis listen` may take on a clip: it loads whisper and transcribes, on two cores
+/// beside the other voice tests (CI once needed more than the usual 20 s).
+const SLOW: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Listens to `mic` (16 kHz) with what was played beside it; every utterance it judged (with the
+/// canceller, from [`FIRST_OPENING_MS`] on).
+fn listen(mic: &[f32], played: Option<&[f32]>) -> Vec<UtteranceReport> {
+    let shared = Shared::default();
+    let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
+    let mut echo = played.map(OfflineEcho::new);
+    let mut out = Vec::new();
+    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    let mut keep = |events: Vec<ListenEvent>| {
+        for event in events {
+            if let ListenEvent::Heard(report) = event {
+                out.push(report);
+            }
+        }
+    };
+    for frame in audio::frames_of(&mic) {
+        keep(OfflineEcho::listen(echo.as_mut(), &mut listener, &shared, &frame).unwrap());
+    }
+    keep(listener.finish().unwrap());
+    if echo.is_some() {
+        out.retain(|r| r.start_ms >= FIRST_OPENING_MS);
+    }
+    out
+}
+
+fn verdicts(heard: &[UtteranceReport]) -> Vec<(Heard, &str)> {
+    heard.iter().map(|r| (r.heard, r.text.as_str())).collect()
+}
+
+#[test]
+fn its_own_voice_through_a_room_opens_no_utterance_once_cancelled_and_many_without() {
+    let answer = speech(ANSWER).samples;
+    let mut uncancelled = 0;
+    for (i, room) in rooms().into_iter().enumerate() {
+        let mic = room.hear(&answer);
+        let removed = OfflineEcho::erle_db(&mic, &answer, 3.0);
+        assert!(
+            removed >= 25.0,
+            "room {i}: only {removed:.1} dB of echo removed"
+        );
+        let heard = listen(&mic, Some(&answer));
+        // (A burst too short to be speech is dropped before speech-to-text; even that would
+        // have lowered the voice, so none is allowed.)
+        assert!(heard.is_empty(), "room {i}: {:?}", verdicts(&heard));
+        uncancelled += listen(&mic, None).len();
+    }
+    assert!(
+        uncancelled >= 6,
+        "without the canceller it hears itself: {uncancelled}"
+    );
+}
+
+#[test]
+fn a_question_said_over_its_voice_comes_through_with_its_words() {
+    let answer = speech(ANSWER).samples;
+    let question = "What is the weather like in Paris tomorrow?";
+    let mut wrong = Vec::new();
+    for (i, room) in rooms().into_iter().enumerate() {
+        let words = fixtures::said(question, i).expect("espeak-ng makes the fixture");
+        // After the canceller has settled (its first seconds are covered by the loop's tests).
+        let at = (6 + i) * SAMPLE_RATE as usize;
+        let played = ducked(&answer, at, words.len());
+        let mut mic = room.hear(&played);
+        mix_into(&mut mic, &words, at);
+        let heard = listen(&mic, Some(&played));
+        let questions: Vec<_> = heard
+            .iter()
+            .filter(|r| r.heard == Heard::Question)
+            .collect();
+        let text = questions
+            .first()
+            .map(|r| r.text.to_lowercase())
+            .unwrap_or_default();
+        if questions.len() != 1 || !(text.contains("weather") && text.contains("tomorrow")) {
+            wrong.push((
+                i,
+                verdicts(&heard)
+                    .iter()
+                    .map(|(h, t)| format!("{h:?} {t}"))
+                    .collect::<Vec<_>>(),
+            ));
+        }
+    }
+    // Said over Jarvis's voice at full volume, a question's first words meet the canceller's
+    // double-talk suppression before the voice is lowered: one room of the six loses one.
+    assert!(wrong.len() <= 1, "{wrong:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_with_playback_hears_no_utterance_in_its_own_voice_and_reports_the_canceller() {
+    let dir = Dir::new();
+    // (Shorter than the others: the command runs beside them on two cores.)
+    let answer = speech(
+        "The Eiffel Tower was built for the world fair of eighteen eighty nine. It is about three \
+         hundred metres tall, and for forty years it was the tallest structure in the world.",
+    );
+    let mic = Clip {
+        samples: Room::default().hear(&answer.samples),
+        rate: SAMPLE_RATE,
+    };
+    let mic_wav = dir.path().join("mic.wav");
+    let played_wav = dir.path().join("played.wav");
+    std::fs::write(&mic_wav, mic.to_wav_bytes()).unwrap();
+    // What the speaker played, at the speaker's rate: resampled to the microphone's.
+    std::fs::write(
+        &played_wav,
+        answer.resampled(22_050).unwrap().to_wav_bytes(),
+    )
+    .unwrap();
+    let run = |playback: bool| {
+        let mut cmd = jarvis(&dir);
+        cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+        cmd.args(["listen", "--wav", mic_wav.to_str().unwrap()]);
+        if playback {
+            cmd.args(["--playback", played_wav.to_str().unwrap()]);
+        }
+        cmd
+    };
+    let (code, out, err) = output_within(SLOW, &mut run(true)).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "", "its own voice opened utterances: {out}");
+    assert!(
+        err.contains("echo canceller:") && err.contains("dB"),
+        "{err}"
+    );
+    let (code, out, err) = output_within(SLOW, &mut run(false)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().count() >= 1,
+        "without the playback it hears itself: {out}"
+    );
+    // A playback file that is not a WAV is named, and nothing is heard.
+    std::fs::write(&played_wav, b"not a wav").unwrap();
+    let (code, _, err) = output(&mut run(true)).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("played.wav"), "{err}");
+}
+
+#[test]
+fn with_headphones_no_echo_comes_back_and_a_question_said_over_the_voice_is_heard_whole() {
+    let answer = speech(ANSWER).samples;
+    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
+    // Nothing of the voice reaches the microphone; the user speaks two seconds into it.
+    let mut mic = vec![0.0_f32; answer.len()];
+    mix_into(&mut mic, &question, 32_000);
+    let heard = listen(&mic, Some(&answer));
+    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
+    let text = heard[0].text.to_lowercase();
+    assert!(
+        heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
+        "{:?}",
+        verdicts(&heard)
+    );
+}
+
+#[test]
+fn with_headphones_a_cough_and_a_knock_during_the_voice_do_not_make_it_hear_an_echo() {
+    // A cough and a knock are sudden: the microphone's loudness jumps once while the voice
+    // sounds, which matches the voice's loudness somewhere by chance. Echo follows the voice all
+    // along; a question said later over the voice must still be heard whole, not held back as
+    // the residue of an echo that never came.
+    let answer = speech(ANSWER).samples;
+    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
+    let mut mic = vec![0.0_f32; answer.len()];
+    mix_into(&mut mic, &fixtures::cough().samples, 28_000);
+    mix_into(&mut mic, &fixtures::knock().samples, 40_000);
+    mix_into(&mut mic, &question, 110_000);
+    let heard: Vec<UtteranceReport> = listen(&mic, Some(&answer))
+        .into_iter()
+        .filter(|r| !r.heard.ignored())
+        .collect();
+    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
+    let text = heard[0].text.to_lowercase();
+    assert!(
+        heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
+        "{:?}",
+        verdicts(&heard)
+    );
+}
