@@ -208,3 +208,55 @@ fn with_headphones_a_cough_and_a_knock_during_the_voice_do_not_make_it_hear_an_e
         verdicts(&heard)
     );
 }
+
+/// Which of the microphone's frames the live canceller (as the voice loop runs it, learning as
+/// it goes) passed on changed: where it judges that no echo comes back, every frame passes as
+/// it is.
+fn changed_frames(voice: &[f32], mic: &[f32]) -> usize {
+    let mut canceller = jarvis::voice::echo::Canceller::new(0);
+    let frame = jarvis::voice::FRAME;
+    voice
+        .chunks(frame)
+        .zip(mic.chunks(frame))
+        .filter(|(played, heard)| {
+            let heard: Vec<i16> = heard.iter().map(|s| audio::to_i16(*s)).collect();
+            canceller.cancel(&heard, played).frame != heard
+        })
+        .count()
+}
+
+#[test]
+fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
+    let voice = speech(
+        "The Eiffel Tower was built for the world fair of eighteen eighty nine. It is about \
+         three hundred metres tall. For forty years it was the tallest structure in the \
+         world. More than seven million people climb it every year.",
+    )
+    .samples;
+    // Headphones: nothing of the voice comes back; the user speaks whenever a sentence of it
+    // begins, so their loudness rises and falls with the voice's at a steady delay.
+    let frame = jarvis::voice::FRAME;
+    let mut mic = vec![0.0_f32; voice.len()];
+    let (mut quiet, mut next_free, mut said) = (8, 0, 0);
+    for (i, chunk) in voice.chunks(frame).enumerate() {
+        let loud = audio::loudness(chunk) > 0.2;
+        if loud && quiet >= 8 && i * frame >= next_free {
+            let words = fixtures::said("What is the capital of Spain?", said % 3).unwrap();
+            next_free = i * frame + words.len();
+            mix_into(&mut mic, &words, i * frame);
+            said += 1;
+        }
+        quiet = if loud { 0 } else { quiet + 1 };
+    }
+    mic.truncate(voice.len());
+    assert!(said >= 3, "{said}");
+    assert_eq!(
+        changed_frames(&voice, &mic),
+        0,
+        "an echo path was found where none is: the person's words were changed"
+    );
+    // Speakers: the same voice coming back through a room is found and taken out.
+    let total = voice.len() / frame;
+    let changed = changed_frames(&voice, &Room::default().hear(&voice));
+    assert!(changed * 2 > total, "{changed} of {total} frames");
+}

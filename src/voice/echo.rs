@@ -821,59 +821,6 @@ pub fn is_echo_cancelled_source(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Every path the judge reaches, frame by frame, for `mic` heard while `voice` played.
-    fn paths(voice: &[f32], mic: &[f32]) -> Vec<EchoPath> {
-        let mut judge = PathJudge::new();
-        voice
-            .chunks(FRAME)
-            .zip(mic.chunks(FRAME))
-            .map(|(played, heard)| {
-                let heard: Vec<i16> = heard
-                    .iter()
-                    .map(|s| super::super::audio::to_i16(*s))
-                    .collect();
-                judge.push(&heard, played)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
-        use crate::voice::fixtures::{self, mix_into, Room};
-        let voice = fixtures::speech(
-            "The Eiffel Tower was built for the world fair of eighteen eighty nine. It is about \
-             three hundred metres tall. For forty years it was the tallest structure in the \
-             world. More than seven million people climb it every year.",
-        )
-        .unwrap()
-        .samples;
-        // Headphones: nothing of the voice comes back; the user speaks whenever a sentence of
-        // it begins, so their loudness rises and falls with the voice's at a steady delay.
-        let mut mic = vec![0.0_f32; voice.len()];
-        let mut quiet = 8;
-        let mut next_free = 0;
-        let mut said = 0;
-        for (i, frame) in voice.chunks(FRAME).enumerate() {
-            let loud = super::super::audio::loudness(frame) > 0.2;
-            if loud && quiet >= 8 && i * FRAME >= next_free {
-                let words = fixtures::said("What is the capital of Spain?", said % 3).unwrap();
-                next_free = i * FRAME + words.len();
-                mix_into(&mut mic, &words, i * FRAME);
-                said += 1;
-            }
-            quiet = if loud { 0 } else { quiet + 1 };
-        }
-        assert!(said >= 3, "{said}");
-        let judged = paths(&voice, &mic);
-        assert!(
-            !judged.contains(&EchoPath::Present),
-            "an echo path was found where none is"
-        );
-        // Speakers: the same voice coming back through a room is found.
-        let judged = paths(&voice, &Room::default().hear(&voice));
-        assert_eq!(judged.last(), Some(&EchoPath::Present));
-    }
-
     #[test]
     fn the_reference_keeps_what_played_on_the_wall_clock_and_silence_around_it() {
         let reference = Reference::new();
