@@ -487,3 +487,44 @@ async fn a_data_directory_that_cannot_be_made_says_so_and_offers_no_move() {
     assert!(!problem.can_move_aside);
     assert!(problem.advice.contains("JARVIS_DATA_DIR"), "{problem:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_typed_into_the_orb_while_the_voice_loop_is_built_is_said_by_it() {
+    // Loading the voice takes a second or two; a question typed meanwhile is answered at once,
+    // and the loop, once it runs, says that answer: it was never heard.
+    let rig = rig().await;
+    let _orb = rig.session.service().voice_attach().await.unwrap();
+    rig.maker.set_held(true);
+    let asking = async {
+        rig.until("the build to begin", || rig.maker.begun() == 1)
+            .await;
+        rig.stub.push(Script::text(
+            "Here is the answer, said once the voice is ready.",
+        ));
+        rig.session
+            .service()
+            .voice_ask("Tell me something.")
+            .await
+            .unwrap();
+        let service = rig.session.service();
+        rig.until("the answer to be written whole", || {
+            let status = service.voice_status().borrow().clone();
+            status.replying.is_none()
+                && status.chat.is_some_and(|chat| {
+                    service
+                        .store()
+                        .last_reply(chat)
+                        .unwrap()
+                        .is_some_and(|r| r.state == jarvis::ReplyState::Done)
+                })
+        })
+        .await;
+        rig.maker.set_held(false);
+    };
+    tokio::join!(rig.session.start_voice(), asking);
+    let builds = rig.maker.builds();
+    rig.until("the answer said by the new loop", || {
+        builds[0].speaker.played_samples().duration() >= Duration::from_millis(500)
+    })
+    .await;
+}

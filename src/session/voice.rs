@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::service::{Service, VoiceStatus};
 use crate::store::ReplyId;
 use crate::voice::device::{CpalSource, RodioSink};
-use crate::voice::pipeline::{Levels, VoiceOptions, VoiceParts};
+use crate::voice::pipeline::{HeardUntil, Levels, VoiceOptions, VoiceParts};
 use crate::voice::{models, AudioSink, Recorder, VoiceError, VoiceLoop};
 
 /// Builds a voice loop's parts from the configuration (blocking: it may load models and open
@@ -132,9 +132,18 @@ impl VoiceSupervisor {
             slot.building.get_or_insert_with(Vec::new);
             slot.starts
         };
+        // Where the conversation stands now: what is answered while the loop is built (loading
+        // Piper's voice takes a second or two) is said by it.
+        let service = &self.inner.service;
+        let chat = service.voice_status().borrow().chat;
+        let reply = match chat {
+            Some(chat) => service.last_reply(chat).await.ok().flatten().map(|r| r.id),
+            None => None,
+        };
         let make = self.inner.make.clone();
         let options = VoiceOptions {
             wake_threshold: config.settings.voice.wake_threshold,
+            heard_until: Some(HeardUntil { chat, reply }),
             ..VoiceOptions::default()
         };
         let built = tokio::task::spawn_blocking(move || make(&config)).await;

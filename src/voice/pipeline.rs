@@ -51,6 +51,19 @@ pub struct VoiceOptions {
     /// Whether Jarvis's own voice is taken out of what the microphone hears (off only to measure
     /// the loop without it).
     pub cancel_echo: bool,
+    /// Where the voice conversation stood as the loop began to be built: an answer that ended
+    /// after it, before the loop followed the conversation, was never heard and is said. `None`:
+    /// an answer that had ended is taken as heard (a loop started anew never says it again).
+    pub heard_until: Option<HeardUntil>,
+}
+
+/// The voice conversation's chat and its newest reply, at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeardUntil {
+    /// The conversation's chat then (`None`: it had none).
+    pub chat: Option<ChatId>,
+    /// That chat's newest reply then.
+    pub reply: Option<ReplyId>,
 }
 
 /// A sound server's output and input buffers plus a desk's few metres.
@@ -63,6 +76,7 @@ impl Default for VoiceOptions {
             wake_idle: Duration::from_secs(10),
             echo_delay_hint_ms: ECHO_DELAY_HINT_MS,
             cancel_echo: true,
+            heard_until: None,
         }
     }
 }
@@ -162,6 +176,7 @@ impl VoiceLoop {
     /// Starts the loop on the current runtime. What the speaker plays is taken out of what the
     /// microphone hears before anything listens (unless the sound server does it already).
     pub fn start(service: Service, mut parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
+        let heard_until = options.heard_until;
         if options.cancel_echo {
             let reference = Reference::new();
             parts.sink.tap(Arc::new(reference.clone()));
@@ -206,6 +221,7 @@ impl VoiceLoop {
             in_speech: false,
             speaking: false,
             said_before: None,
+            heard_until,
             stopped_through: None,
         };
         let task = tokio::spawn(state.run(events, command_rx));
@@ -357,6 +373,8 @@ struct LoopState {
     /// The conversation's reply that had ended before this loop attached to it: its replayed
     /// events are not spoken.
     said_before: Option<ReplyId>,
+    /// Until the loop first follows the conversation: where it stood as the loop was built.
+    heard_until: Option<HeardUntil>,
     /// The conversation's newest reply when Stop was last said: it and every reply before it are
     /// not spoken, however far behind the loop was reading them (answers written while it spoke
     /// an earlier one are stopped with it).
@@ -488,6 +506,9 @@ impl LoopState {
                         // Attaching replays the chat's last reply from its first event; one that
                         // had ended before (a loop started anew by a settings change) was said
                         // already and is not said again.
+                        // But the first time, an answer that ended while the loop was being
+                        // built (a question typed as Piper's voice loads) was never heard.
+                        let heard_until = self.heard_until.take();
                         self.said_before = self
                             .service
                             .last_reply(chat)
@@ -495,6 +516,13 @@ impl LoopState {
                             .ok()
                             .flatten()
                             .filter(|r| !r.state.is_live())
+                            .filter(|r| match heard_until {
+                                Some(until) => {
+                                    until.chat == Some(chat)
+                                        && until.reply.is_some_and(|u| r.id <= u)
+                                }
+                                None => true,
+                            })
                             .map(|r| r.id);
                         tracing::debug!(%chat, said_before = ?self.said_before, "following the conversation");
                         Some((chat, attachment))
