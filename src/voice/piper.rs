@@ -3,9 +3,7 @@
 //! in the voice's `.onnx.json` map, as Piper itself does.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use ort::session::Session;
@@ -212,41 +210,17 @@ impl Piper {
     }
 
     fn espeak_ipa(&self, clauses: &[(String, char)]) -> Result<Vec<String>, VoiceError> {
-        let failed = |reason: String| VoiceError::Synthesize(reason);
-        let mut child = crate::config::without_keys(&mut Command::new(&self.program))
-            .args(["-q", "--ipa", "-v", &self.espeak_voice])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                failed(format!(
-                    "cannot run {} for Piper's phonemes: {e} (apt-get install espeak-ng)",
-                    self.program
-                ))
-            })?;
         let text: Vec<String> = clauses
             .iter()
             .map(|(words, end)| format!("{words}{end}"))
             .collect();
-        // The text goes in on stdin, so nothing it says can be read as an option.
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(text.join(" ").as_bytes())
-                .map_err(|e| failed(format!("writing to {}: {e}", self.program)))?;
-        }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| failed(format!("{}: {e}", self.program)))?;
-        if !output.status.success() {
-            return Err(failed(format!(
-                "{} exited with {}: {}",
-                self.program,
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&output.stdout)
+        let ipa = super::tts::run_espeak(
+            &self.program,
+            &["-q", "--ipa", "-v", &self.espeak_voice],
+            &text.join(" "),
+            " for Piper's phonemes",
+        )?;
+        Ok(String::from_utf8_lossy(&ipa)
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())

@@ -76,47 +76,55 @@ fn fix_streamed_sizes(bytes: &mut [u8]) {
 
 impl Synthesizer for Espeak {
     fn synthesize(&self, text: &str) -> Result<Clip, VoiceError> {
-        let failed = |reason: String| VoiceError::Synthesize(reason);
-        let mut child = crate::config::without_keys(&mut Command::new(&self.program))
-            .args([
-                "--stdout",
-                "-v",
-                &self.voice,
-                "-s",
-                &self.words_per_minute.to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                failed(format!(
-                    "cannot run {}: {e} (apt-get install espeak-ng)",
-                    self.program
-                ))
-            })?;
-        // The text goes in on stdin, so nothing it says can be read as an option.
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(text.as_bytes())
-                .map_err(|e| failed(format!("writing to {}: {e}", self.program)))?;
-        }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| failed(format!("{}: {e}", self.program)))?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(failed(format!(
-                "{} exited with {}: {}",
-                self.program,
-                output.status,
-                stderr.trim()
-            )));
-        }
-        let mut wav = output.stdout;
+        let words_per_minute = self.words_per_minute.to_string();
+        let mut wav = run_espeak(
+            &self.program,
+            &["--stdout", "-v", &self.voice, "-s", &words_per_minute],
+            text,
+            "",
+        )?;
         fix_streamed_sizes(&mut wav);
         Clip::from_wav_bytes(&wav, &self.program)
     }
+}
+
+/// Runs the espeak-ng `program` with `args`, `input` on stdin (so nothing it says can be read as
+/// an option), and returns what it wrote; `purpose` (e.g. " for Piper's phonemes") goes into the
+/// message if it cannot be run. Its keys are kept from it.
+pub(crate) fn run_espeak(
+    program: &str,
+    args: &[&str],
+    input: &str,
+    purpose: &str,
+) -> Result<Vec<u8>, VoiceError> {
+    let failed = |reason: String| VoiceError::Synthesize(reason);
+    let mut child = crate::config::without_keys(&mut Command::new(program))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            failed(format!(
+                "cannot run {program}{purpose}: {e} (apt-get install espeak-ng)"
+            ))
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| failed(format!("writing to {program}: {e}")))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| failed(format!("{program}: {e}")))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "{program} exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(output.stdout)
 }
 
 /// Cuts streaming text into sentences to speak: a sentence is complete at `.`, `!`, `?` or `…`
