@@ -201,6 +201,12 @@ pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     if context.began_while_speaking && is_echo(&said, context.recent_answers) {
         return Heard::Echo;
     }
+    // A stop or a goodbye after an "um" is said alone all the same ("Um… stop."): a hesitation
+    // holds an utterance open over its pause, so the filler and the words arrive together.
+    let said: Vec<String> = said
+        .into_iter()
+        .skip_while(|w| FILLERS.contains(&w.as_str()))
+        .collect();
     // "Stop, stop!" is said alone as much as "stop" is, and whisper returns a short phrase
     // twice or four times over ("Never mind Never mind"): the phrase is judged once.
     let mut once = said.clone();
@@ -251,6 +257,8 @@ mod tests {
             "Stop stop stop.",
             "Never mind Never mind",
             "Stop it. Stop it. Stop it. Stop it.",
+            "Um... stop.",
+            "Uh, never mind.",
         ] {
             assert_eq!(plain(stop), Heard::Stop, "{stop}");
         }
