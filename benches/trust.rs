@@ -29,7 +29,8 @@ fn model_dir() -> std::path::PathBuf {
 }
 
 fn verdicts(transcriber: &Arc<dyn Transcriber>, sound: &[f32]) -> Vec<(Heard, String)> {
-    fixtures::judged(transcriber, sound).expect("the listener")
+    fixtures::judged(transcriber, &jarvis::voice::TurnJudge::default(), sound)
+        .expect("the listener")
 }
 
 fn main() {

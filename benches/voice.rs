@@ -168,8 +168,20 @@ fn noise_robustness(whisper: Arc<Whisper>) {
     println!("replies cancelled by noise, fillers or echo: {cancelled}; questions asked by mistake: {asked} (of {} fixtures)", set.len());
 }
 
-fn turn_overhead(whisper: Arc<Whisper>) {
-    println!("\n## Voice turn overhead (last voiced frame → first answer sample at the sink)");
+/// How the loop's turn ends and who speaks, for the turn overhead.
+struct TurnWay {
+    name: &'static str,
+    synthesizer: Arc<dyn Synthesizer>,
+    turn: jarvis::voice::TurnJudge,
+    /// The quiet that asks whether the turn is over.
+    pause_ms: f64,
+}
+
+fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
+    println!(
+        "\n## Voice turn overhead (last voiced frame → first answer sample at the sink): {}",
+        way.name
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -198,8 +210,9 @@ fn turn_overhead(whisper: Arc<Whisper>) {
             source: Arc::new(source),
             sink: Arc::new(recorder.clone()),
             transcriber: whisper.clone(),
-            synthesizer: Arc::new(Espeak::default()),
+            synthesizer: way.synthesizer.clone(),
             wake: None,
+            turn: way.turn.clone(),
         };
         let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
         let mut heard = voice.heard();
@@ -233,17 +246,17 @@ fn turn_overhead(whisper: Arc<Whisper>) {
             whisper.transcribe(&padded).unwrap();
             stt_times.push(t.elapsed().as_secs_f64() * 1000.0);
             let t = Instant::now();
-            Espeak::default().synthesize("Sure.").unwrap();
+            way.synthesizer.synthesize("Sure.").unwrap();
             tts_times.push(t.elapsed().as_secs_f64() * 1000.0);
             while recorder.is_playing() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             feed.until_quiet().await;
         }
-        let hangover = 300.0;
+        let hangover = way.pause_ms;
         println!("rounds: {}; total median {:.0} ms (min {:.0}, max {:.0})", totals.len(), median(totals.clone()),
             totals.iter().cloned().fold(f64::MAX, f64::min), totals.iter().cloned().fold(0.0, f64::max));
-        println!("parts: hangover {hangover:.0} ms (fixed: 15 unvoiced frames end the utterance), transcription median {:.0} ms, first sentence synthesis median {:.0} ms; the rest (VAD, service, stub over loopback, queueing) ~{:.0} ms",
+        println!("parts: the pause {hangover:.0} ms (then the turn is judged), transcription median {:.0} ms, first sentence synthesis median {:.0} ms; the rest (VAD, the end-of-turn model where it judges, service, stub over loopback, queueing) ~{:.0} ms",
             median(stt_times.clone()), median(tts_times.clone()),
             median(totals) - hangover - median(stt_times) - median(tts_times));
         drop(voice);
@@ -258,5 +271,26 @@ fn main() {
     whisper_rtf(&whisper);
     wake_cpu();
     noise_robustness(whisper.clone());
-    turn_overhead(whisper);
+    turn_overhead(
+        whisper.clone(),
+        TurnWay {
+            name: "espeak-ng, a pause judged by its words after 300 ms (as before: a fixed 300 ms hangover for these questions)",
+            synthesizer: Arc::new(Espeak::default()),
+            turn: jarvis::voice::TurnJudge::default(),
+            pause_ms: 300.0,
+        },
+    );
+    let (turn, missing) = models::turn_judge(&models);
+    assert!(missing.is_none(), "the end-of-turn model: {missing:?}");
+    turn_overhead(
+        whisper,
+        TurnWay {
+            name: "Piper, a pause judged by its words and Smart Turn after 200 ms",
+            synthesizer: Arc::new(
+                models::load_piper(&models, 175).expect("Piper's voice (scripts/models voice)"),
+            ),
+            turn,
+            pause_ms: 200.0,
+        },
+    );
 }

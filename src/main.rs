@@ -290,6 +290,10 @@ fn listen(
     if let Some(err) = ungated {
         eprintln!("warning: {err}; noise is judged by whisper alone");
     }
+    let (turn, words_only) = voice::models::turn_judge(&models);
+    if let Some(err) = words_only {
+        eprintln!("warning: {err}; pauses are judged by their words alone");
+    }
     let wake = match mode {
         jarvis::service::ListenMode::Wake => Some(voice::models::wake_factory(&models)?()?),
         _ => None,
@@ -301,7 +305,8 @@ fn listen(
         wake,
         settings.wake_threshold,
         shared.clone(),
-    );
+    )
+    .with_turn(turn);
     let heard = source.to_i16();
     let mut echo = played
         .as_ref()

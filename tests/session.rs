@@ -60,6 +60,7 @@ impl Maker {
                 transcriber: Arc::new(models::lazy_whisper(&model_dir(), SpeechModel::TinyEn, 1)?),
                 synthesizer: Arc::new(Espeak::default()),
                 wake: None,
+                turn: jarvis::voice::TurnJudge::default(),
             })
         })
     }

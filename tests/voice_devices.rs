@@ -171,6 +171,7 @@ async fn a_question_said_into_a_real_microphone_is_answered_aloud_on_a_real_spea
         transcriber: Arc::new(whisper),
         synthesizer: Arc::new(Espeak::default()),
         wake: None,
+        turn: jarvis::voice::TurnJudge::default(),
     };
     let voice = Voice::new(VoiceLoop::start(
         service.clone(),
@@ -340,6 +341,7 @@ impl Listening {
             ),
             synthesizer: Arc::new(Espeak::default()),
             wake: None,
+            turn: jarvis::voice::TurnJudge::default(),
         };
         let voice = Voice::new(VoiceLoop::start(
             service.clone(),

@@ -109,6 +109,7 @@ async fn rig_in(
         transcriber,
         synthesizer,
         wake: (mode == ListenMode::Wake).then(wake),
+        turn: turn(),
     };
     let voice = VoiceLoop::start(service.clone(), parts, voice_options);
     let heard = voice.heard();
@@ -737,7 +738,8 @@ async fn listen_prints_one_verdict_per_utterance_and_say_writes_what_it_would_sp
         .then(&speech("What is the capital of France?"))
         .then(&silence(800))
         .then(&speech("Um."))
-        .then(&silence(800))
+        // (Said alone: an "um" holds the utterance open through a shorter pause.)
+        .then(&silence(1800))
         .then(&cough())
         .then(&silence(800))
         .then(&speech("Stop."))
@@ -1049,6 +1051,7 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
         transcriber: whisper(),
         synthesizer: Arc::new(Espeak::default()),
         wake: None,
+        turn: jarvis::voice::TurnJudge::default(),
     };
     rig._voice = Voice::new(VoiceLoop::start(
         rig.service.clone(),

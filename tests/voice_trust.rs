@@ -7,7 +7,11 @@ mod support;
 
 use std::sync::Arc;
 
-use jarvis::voice::{fixtures, models, Heard, Transcriber};
+use jarvis::config::ListenMode;
+use jarvis::voice::listen::Shared;
+use jarvis::voice::{
+    fixtures, models, Espeak, Heard, Listener, SegmenterSettings, Synthesizer, Transcriber,
+};
 use support::*;
 
 /// Whisper behind the speech detector, as the voice loop and `jarvis listen` run it.
@@ -21,18 +25,129 @@ fn gated() -> Arc<dyn Transcriber> {
 }
 
 fn judged(transcriber: &Arc<dyn Transcriber>, sound: &[f32]) -> Vec<(Heard, String)> {
-    fixtures::judged(transcriber, sound).expect("the listener")
+    fixtures::judged(transcriber, &turn(), sound).expect("the listener")
 }
 
-fn voices(text: &str) -> Vec<(String, Vec<f32>)> {
+fn piper() -> &'static jarvis::voice::Piper {
     static PIPER: std::sync::OnceLock<jarvis::voice::Piper> = std::sync::OnceLock::new();
-    let piper = PIPER.get_or_init(|| {
+    PIPER.get_or_init(|| {
         // Steady: the same sound in every run, so a verdict on it is too.
         models::load_piper(&model_dir(), 175)
             .expect("Piper's voice (scripts/models voice)")
             .steady()
-    });
-    fixtures::voices(text, piper).expect("espeak-ng and Piper's voice")
+    })
+}
+
+fn voices(text: &str) -> Vec<(String, Vec<f32>)> {
+    fixtures::voices(text, piper()).expect("espeak-ng and Piper's voice")
+}
+
+/// Speakers for the hesitation tests: three of espeak-ng's voices and speeds, and Piper.
+fn speakers() -> Vec<(&'static str, Box<dyn Synthesizer>)> {
+    vec![
+        ("espeak en-us", Box::new(Espeak::new("en-us", 175))),
+        (
+            "espeak en-gb+m3 slow",
+            Box::new(Espeak::new("en-gb+m3", 150)),
+        ),
+        (
+            "espeak en-us+f3 fast",
+            Box::new(Espeak::new("en-us+f3", 200)),
+        ),
+        (
+            "Piper",
+            Box::new(models::load_piper(&model_dir(), 175).unwrap().steady()),
+        ),
+    ]
+}
+
+/// Verdicts of a hands-free listener that ends every utterance after 300 ms of quiet (as it was
+/// before pauses were judged).
+fn judged_by_a_fixed_hangover(transcriber: &Arc<dyn Transcriber>, sound: &[f32]) -> usize {
+    Listener::new(
+        ListenMode::HandsFree,
+        transcriber.clone(),
+        None,
+        0.5,
+        Shared::default(),
+    )
+    .with_settings(SegmenterSettings::fixed_hangover(15))
+    .hear_all(&fixtures::in_quiet_room(sound))
+    .unwrap()
+    .iter()
+    .filter(|r| r.heard == Heard::Question)
+    .count()
+}
+
+#[test]
+fn a_pause_after_a_word_no_sentence_ends_on_does_not_cut_the_question_in_two() {
+    let transcriber = gated();
+    let mut split = Vec::new();
+    let mut tried = 0;
+    for (voice, speaker) in speakers() {
+        for (first, rest) in [
+            ("Send a message to my", "sister saying I am late."),
+            ("How long does it take to", "boil an egg?"),
+            ("What is the name of the", "tallest mountain in Africa?"),
+            (
+                "What is the difference between",
+                "a crocodile and an alligator?",
+            ),
+            ("Turn the heating up in", "the living room."),
+        ] {
+            let sound = fixtures::hesitant(first, 600, rest, speaker.as_ref()).unwrap();
+            let verdicts = judged(&transcriber, &sound);
+            eprintln!("{first} … {rest} in {voice} → {verdicts:?}");
+            tried += 1;
+            if !matches!(verdicts.as_slice(), [(Heard::Question, _)]) {
+                split.push(format!("{first} … {rest} in {voice} → {verdicts:?}"));
+            }
+            // The pause is long enough to cut it where quiet alone decides.
+            if tried == 1 {
+                assert_eq!(judged_by_a_fixed_hangover(&transcriber, &sound), 2);
+            }
+        }
+    }
+    // The benchmark's goal: at most one question in twenty cut in two. (Where whisper tiny.en
+    // mishears the half — "Book a table for" as "Work at table for it." — the words do not
+    // hang and the end-of-turn model, fooled by a synthesized voice that falls at the cut,
+    // ends the turn: BENCHMARKS.md counts those.)
+    assert!(
+        split.len() * 20 <= tried,
+        "{} of {tried} cut in two: {split:#?}",
+        split.len()
+    );
+}
+
+#[test]
+fn two_finished_questions_a_short_pause_apart_are_two_and_neither_waits_for_the_long_quiet() {
+    let transcriber = gated();
+    let mut wrong = Vec::new();
+    for (voice, speaker) in speakers() {
+        for (first, second) in [
+            ("What time is it?", "What is the weather like tomorrow?"),
+            ("Where is the nearest pharmacy?", "Is it open on Sunday?"),
+        ] {
+            let sound = fixtures::hesitant(first, 600, second, speaker.as_ref()).unwrap();
+            let heard =
+                fixtures::heard_in_quiet_room(&transcriber, &turn(), &sound).expect("the listener");
+            eprintln!("{first} … {second} in {voice} → {heard:?}");
+            let questions = heard.iter().filter(|r| r.heard == Heard::Question).count();
+            // Each ended at the short quiet, not the long one: a finished question is answered
+            // as soon as the pause is judged.
+            let held = heard
+                .iter()
+                .map(|r| r.end_ms - r.last_voiced_ms)
+                .max()
+                .unwrap_or(0);
+            if questions != 2 || held > 400 {
+                wrong.push(format!(
+                    "{first} … {second} in {voice}: {questions} questions, the longest end {held} ms after the voice: {heard:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 #[test]
@@ -128,5 +243,54 @@ fn a_missing_or_damaged_speech_detector_is_named_and_whisper_still_listens() {
         let verdicts = judged(&transcriber, &question);
         assert_eq!(verdicts.len(), 1, "{what}: {verdicts:?}");
         assert_eq!(verdicts[0].0, Heard::Question, "{what}: {verdicts:?}");
+    }
+}
+
+#[test]
+fn a_missing_damaged_or_wrong_end_of_turn_model_is_named_and_the_words_still_judge_pauses() {
+    let dir = Dir::new();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(models.join("onnxruntime")).unwrap();
+    let (library, here) = (
+        jarvis::onnx::library_path(&model_dir()),
+        jarvis::onnx::library_path(&models),
+    );
+    if library != here {
+        std::os::unix::fs::symlink(library, here).unwrap();
+    }
+    let transcriber = gated();
+    let hesitant = fixtures::hesitant(
+        "How long does it take to",
+        600,
+        "boil an egg?",
+        &Espeak::default(),
+    )
+    .unwrap();
+    let file = models.join(jarvis::voice::turn::TURN_FILE);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let another_model =
+        std::fs::read(model_dir().join(jarvis::voice::silero::DETECTOR_FILE)).unwrap();
+    for (what, damage) in [
+        ("missing", None),
+        ("not ONNX", Some(b"not a model at all".to_vec())),
+        ("another model", Some(another_model)),
+    ] {
+        match damage {
+            Some(bytes) => std::fs::write(&file, bytes).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
+        let (turn, why) = models::turn_judge(&models);
+        let why = why
+            .unwrap_or_else(|| panic!("a {what} end-of-turn model is reported"))
+            .to_string();
+        assert!(why.contains("smart-turn-v3.2-cpu.onnx"), "{what}: {why}");
+        assert!(!turn.hears_the_voice(), "{what}");
+        let verdicts = fixtures::judged(&transcriber, &turn, &hesitant).unwrap();
+        assert!(
+            matches!(verdicts.as_slice(), [(Heard::Question, text)] if text.contains("take") && text.contains("egg")),
+            "{what}: {verdicts:?}"
+        );
     }
 }

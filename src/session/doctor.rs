@@ -208,6 +208,19 @@ fn voice_parts(config: &Config, report: &mut Report) {
         },
     );
     report.found(
+        "end of turn",
+        match voice::models::load_smart_turn(&models) {
+            Ok(_) => format!(
+                "a pause is judged by its words and the end-of-turn model ({})",
+                models.join(voice::turn::TURN_FILE).display()
+            ),
+            Err(err) => format!(
+                "a pause is judged by its words alone (a longer quiet ends a turn), because the \
+                 end-of-turn model is not available: {err}"
+            ),
+        },
+    );
+    report.found(
         "voice",
         format!(
             "speech model {} ({}); wake word {}; espeak-ng {}",

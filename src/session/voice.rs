@@ -35,6 +35,10 @@ pub fn device_parts() -> PartsMaker {
         if let Some(err) = ungated {
             tracing::warn!(%err, "the speech detector is not available; whisper judges noise alone");
         }
+        let (turn, words_only) = models::turn_judge(&models_dir);
+        if let Some(err) = words_only {
+            tracing::warn!(%err, "the end-of-turn model is not available; pauses are judged by their words");
+        }
         let wake = match models::wake_factory(&models_dir) {
             Ok(factory) => Some(factory),
             Err(err) => {
@@ -62,6 +66,7 @@ pub fn device_parts() -> PartsMaker {
             transcriber,
             synthesizer,
             wake,
+            turn,
         })
     })
 }

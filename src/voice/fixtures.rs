@@ -409,6 +409,72 @@ pub fn voices(text: &str, piper: &dyn Synthesizer) -> Result<Vec<(String, Vec<f3
     Ok(out)
 }
 
+/// Questions a person pauses in, as people do: before the word that carries the meaning, after
+/// the one that leads to it ("Book a table for … four people at eight").
+pub const HESITATIONS: &[(&str, &str)] = &[
+    ("Book a table for", "four people at eight."),
+    ("Set an alarm for", "seven tomorrow morning."),
+    ("What is the weather like in", "Lisbon this weekend?"),
+    ("Can you remind me to", "call the dentist on Monday?"),
+    ("Tell me something about the", "history of Rome."),
+    ("Send a message to my", "sister saying I am late."),
+    ("How long does it take to", "boil an egg?"),
+    ("Play some music by", "Miles Davis."),
+    ("What is the name of the", "tallest mountain in Africa?"),
+    ("Find a good restaurant near", "the train station."),
+    ("Add milk and", "eggs to my shopping list."),
+    ("Remind me about the", "meeting with Anna at three."),
+    ("Translate good morning into", "Italian."),
+    (
+        "What is the difference between",
+        "a crocodile and an alligator?",
+    ),
+    (
+        "Read me the first chapter of",
+        "the book I started yesterday.",
+    ),
+    ("Turn the heating up in", "the living room."),
+    ("Who was the president of", "France in nineteen ninety?"),
+    ("Write a short poem about", "the sea in winter."),
+    ("Is it going to rain in", "Paris tomorrow?"),
+    ("Um, what is", "the time in Tokyo?"),
+];
+
+/// Questions with a pause where the words could end, too: only the voice can tell.
+pub const HESITATIONS_AT_A_WHOLE: &[(&str, &str)] = &[
+    ("Book a table for four people", "at eight tonight."),
+    ("Set a timer", "for ten minutes."),
+    ("What is the capital", "of Australia?"),
+    ("Turn off the lights", "in the kitchen."),
+    ("Call my mother", "when I get home."),
+    ("Tell me a joke", "about cats."),
+];
+
+/// `first`, a pause of `pause_ms` of a quiet room, and `rest`, each said by `voice` (16 kHz):
+/// a person who hesitates mid-sentence. Said in two parts, the voice falls at the pause as if
+/// the sentence ended there — the hard case for a judge that listens to the voice alone.
+pub fn hesitant(
+    first: &str,
+    pause_ms: u64,
+    rest: &str,
+    voice: &dyn Synthesizer,
+) -> Result<Vec<f32>, VoiceError> {
+    let trimmed = |text: &str| -> Result<Vec<f32>, VoiceError> {
+        let samples = voice.synthesize(text)?.resampled(SAMPLE_RATE)?.samples;
+        // Synthesizers pad their output with silence; the pause is ours to set.
+        let loud = |s: &&f32| s.abs() > 0.01;
+        let start = samples.iter().position(|s| loud(&s)).unwrap_or(0);
+        let end = samples.iter().rposition(|s| loud(&s)).map_or(0, |e| e + 1);
+        Ok(samples[start..end.max(start)].to_vec())
+    };
+    let mut out = trimmed(first)?;
+    let pause = (pause_ms * u64::from(SAMPLE_RATE) / 1000) as usize;
+    let room = quiet_room(pause_ms.div_ceil(1000) as u32);
+    out.extend(room[..pause].iter().map(|s| f32::from(*s) / 32768.0));
+    out.extend(trimmed(rest)?);
+    Ok(out)
+}
+
 /// `sound` (16 kHz) as a microphone in a quiet room hears it: half a second of the room before,
 /// a second and a half after (so an utterance closes).
 pub fn in_quiet_room(sound: &[f32]) -> Vec<i16> {
@@ -419,23 +485,35 @@ pub fn in_quiet_room(sound: &[f32]) -> Vec<i16> {
     heard
 }
 
-/// What a hands-free listener behind `transcriber` makes of `sound` (16 kHz) heard in a quiet
-/// room ([`in_quiet_room`]): each utterance's verdict and words.
-pub fn judged(
+/// Every utterance a hands-free listener behind `transcriber`, its pauses judged by `turn`, hears
+/// in `sound` (16 kHz) in a quiet room ([`in_quiet_room`]), with where it began and ended.
+pub fn heard_in_quiet_room(
     transcriber: &std::sync::Arc<dyn super::Transcriber>,
+    turn: &super::TurnJudge,
     sound: &[f32],
-) -> Result<Vec<(super::Heard, String)>, VoiceError> {
-    Ok(super::Listener::new(
+) -> Result<Vec<super::UtteranceReport>, VoiceError> {
+    super::Listener::new(
         crate::config::ListenMode::HandsFree,
         transcriber.clone(),
         None,
         0.5,
         super::listen::Shared::default(),
     )
-    .hear_all(&in_quiet_room(sound))?
-    .into_iter()
-    .map(|r| (r.heard, r.text))
-    .collect())
+    .with_turn(turn.clone())
+    .hear_all(&in_quiet_room(sound))
+}
+
+/// What a hands-free listener behind `transcriber`, its pauses judged by `turn`, makes of `sound`
+/// (16 kHz) heard in a quiet room ([`in_quiet_room`]): each utterance's verdict and words.
+pub fn judged(
+    transcriber: &std::sync::Arc<dyn super::Transcriber>,
+    turn: &super::TurnJudge,
+    sound: &[f32],
+) -> Result<Vec<(super::Heard, String)>, VoiceError> {
+    Ok(heard_in_quiet_room(transcriber, turn, sound)?
+        .into_iter()
+        .map(|r| (r.heard, r.text))
+        .collect())
 }
 
 /// `answer` as the loop plays it when the user speaks over it from `at` for `len` samples: lowered

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::heard::{classify, words, Heard, HeardContext};
-use super::stt::Transcriber;
+use super::stt::{Transcriber, Transcript};
+use super::turn::{Turn, TurnJudge};
 use super::vad::{Segment, Segmenter, SegmenterSettings};
 use super::wake::WakeDetector;
 use super::{audio, VoiceError, FRAME_MS};
@@ -135,7 +136,16 @@ pub struct Listener {
     began_while_speaking: bool,
     /// The open utterance carries the wake word.
     holds_wake_word: bool,
+    /// Judges whether a pause ends the turn.
+    turn: TurnJudge,
+    /// What the open utterance was transcribed as at its last pause, and its voiced frames then:
+    /// when it ends with no voice since, that is its transcript.
+    asked: Option<(usize, Transcript)>,
 }
+
+/// Quiet that asks whether the person has finished when the end-of-turn model hears the voice:
+/// 200 ms, what it was trained on.
+const PAUSE_WITH_MODEL: usize = 10;
 
 impl Listener {
     /// A listener for `mode`; wake mode needs a detector.
@@ -160,7 +170,28 @@ impl Listener {
             frame_index: 0,
             began_while_speaking: false,
             holds_wake_word: false,
+            turn: TurnJudge::default(),
+            asked: None,
         }
+    }
+
+    /// Cuts utterances as `settings` say (the turn benchmark's baseline: a fixed hangover).
+    pub fn with_settings(mut self, settings: SegmenterSettings) -> Listener {
+        self.segmenter = Segmenter::new(settings);
+        self
+    }
+
+    /// Judges pauses with `turn`: with its model, a pause asks after 200 ms of quiet rather than
+    /// 300 (the words alone need the longer quiet to be safe).
+    pub fn with_turn(mut self, turn: TurnJudge) -> Listener {
+        if turn.hears_the_voice() && self.mode != ListenMode::PushToTalk {
+            self.segmenter = Segmenter::new(SegmenterSettings {
+                pause_frames: Some(PAUSE_WITH_MODEL),
+                ..SegmenterSettings::default()
+            });
+        }
+        self.turn = turn;
+        self
     }
 
     /// Feeds one 20 ms frame.
@@ -241,7 +272,18 @@ impl Listener {
         Ok(match segment {
             Segment::SpeechStarted { .. } => {
                 self.began_while_speaking = self.shared.speaking();
+                self.asked = None;
                 vec![ListenEvent::SpeechStarted]
+            }
+            Segment::Paused { voiced_frames } => {
+                if !self.turn_ended(voiced_frames) {
+                    return Ok(Vec::new());
+                }
+                let mut out = Vec::new();
+                for segment in self.segmenter.finish() {
+                    out.extend(self.segment(segment)?);
+                }
+                out
             }
             Segment::Noise {
                 start_ms, end_ms, ..
@@ -284,9 +326,12 @@ impl Listener {
             // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
             return Ok(None);
         }
-        let transcript = self
-            .transcriber
-            .transcribe(&audio::to_f32(&utterance.samples))?;
+        let transcript = match self.asked.take() {
+            Some((voiced, transcript)) if voiced == utterance.voiced_frames => transcript,
+            _ => self
+                .transcriber
+                .transcribe(&audio::to_f32(&utterance.samples))?,
+        };
         let mut text = transcript.text;
         if holds_wake_word {
             text = after_wake_word(&text);
@@ -307,6 +352,39 @@ impl Listener {
             self.shared.set_awake(false);
         }
         Ok(Some(report(heard, text)))
+    }
+}
+
+impl Listener {
+    /// Whether the person who paused in the open utterance has finished: what was said so far is
+    /// transcribed (kept: if the utterance ends with no more voice, that is its transcript) and
+    /// judged. Noise, and speech while the wake word is awaited, end at the pause as they always
+    /// did; a transcription that fails ends the turn too (the utterance is transcribed again as
+    /// it closes, and that failure is reported).
+    fn turn_ended(&mut self, voiced_frames: usize) -> bool {
+        let awaited = self.mode == ListenMode::Wake && !self.shared.awake();
+        if voiced_frames < SegmenterSettings::default().min_voiced_frames || awaited {
+            return true;
+        }
+        let Some(samples) = self.segmenter.open_samples().map(<[i16]>::to_vec) else {
+            return true;
+        };
+        let transcript = match self.transcriber.transcribe(&audio::to_f32(&samples)) {
+            Ok(transcript) => transcript,
+            Err(err) => {
+                tracing::debug!(%err, "a pause could not be transcribed; it ends the turn");
+                return true;
+            }
+        };
+        let judged = if self.holds_wake_word {
+            after_wake_word(&transcript.text)
+        } else {
+            transcript.text.clone()
+        };
+        let turn = self.turn.judge(&samples, &judged);
+        tracing::debug!(?turn, voiced_frames, "a pause judged");
+        self.asked = Some((voiced_frames, transcript));
+        turn == Turn::Complete
     }
 }
 

@@ -23,6 +23,7 @@ pub mod silero;
 pub mod speak;
 pub mod stt;
 pub mod tts;
+pub mod turn;
 pub mod vad;
 pub mod wake;
 
@@ -40,6 +41,7 @@ pub use pipeline::{VoiceLoop, VoiceParts};
 pub use piper::Piper;
 pub use stt::{LazyWhisper, Transcriber, Whisper};
 pub use tts::{Espeak, Synthesizer};
+pub use turn::{SmartTurn, Turn, TurnJudge};
 pub use vad::{Segment, Segmenter, SegmenterSettings};
 pub use wake::{OpenWakeWord, WakeDetector};
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::pipeline::WakeFactory;
 use super::silero::{Silero, SpeechGate};
+use super::turn::{SmartTurn, TurnJudge};
 use super::wake::{OpenWakeWord, WakeDetector, WakeModels};
 use super::{Espeak, LazyWhisper, Piper, Synthesizer, Transcriber, VoiceError, Whisper};
 use crate::config::{TtsEngine, VoiceSettings};
@@ -111,5 +112,21 @@ pub fn speech_gate(
     match load_silero(models) {
         Ok(detector) => (Arc::new(SpeechGate::new(transcriber, detector)), None),
         Err(err) => (transcriber, Some(err)),
+    }
+}
+
+/// Loads the end-of-turn model, ONNX Runtime first.
+pub fn load_smart_turn(models: &Path) -> Result<SmartTurn, VoiceError> {
+    onnx_runtime(models)?;
+    SmartTurn::load(&models.join(super::turn::TURN_FILE))
+}
+
+/// The judge of pauses: the end-of-turn model with the words, or the words alone where the
+/// model cannot be loaded, and why (for the log and `jarvis doctor`; listening works either
+/// way, with a longer quiet before a turn ends).
+pub fn turn_judge(models: &Path) -> (TurnJudge, Option<VoiceError>) {
+    match load_smart_turn(models) {
+        Ok(model) => (TurnJudge::new(Some(Arc::new(model))), None),
+        Err(err) => (TurnJudge::default(), Some(err)),
     }
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::echo::{EchoCancelled, Reference};
 use super::listen::{ListenEvent, Listener, Shared, UtteranceReport};
 use super::speak::Speaker;
+use super::turn::TurnJudge;
 use super::{AudioSink, AudioSource, Heard, Synthesizer, Transcriber, VoiceError, WakeDetector};
 use crate::service::{AskError, Attachment, Event, ListenMode, Service, VoiceSignal, VoiceStatus};
 use crate::store::{ChatId, ReplyId, ReplyState};
@@ -35,6 +36,8 @@ pub struct VoiceParts {
     pub synthesizer: Arc<dyn Synthesizer>,
     /// The wake word (wake mode needs it).
     pub wake: Option<WakeFactory>,
+    /// Whether a pause ends the user's turn (the end-of-turn model, or the words alone).
+    pub turn: TurnJudge,
 }
 
 /// How the loop behaves.
@@ -288,6 +291,7 @@ fn listen(
     mut capture: super::Capture,
     mode: ListenMode,
     transcriber: Arc<dyn Transcriber>,
+    turn: TurnJudge,
     wake: Option<WakeFactory>,
     threshold: f32,
     shared: Shared,
@@ -305,7 +309,8 @@ fn listen(
             return Some(err.to_string());
         }
     };
-    let mut listener = Listener::new(mode, transcriber, detector, threshold, shared);
+    let mut listener =
+        Listener::new(mode, transcriber, detector, threshold, shared).with_turn(turn);
     let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
         Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
         Err(err) => {
@@ -556,6 +561,7 @@ impl LoopState {
         self.shared.set_mic_level(0.0);
         let finish = Arc::new(AtomicBool::new(false));
         let transcriber = self.parts.transcriber.clone();
+        let turn = self.parts.turn.clone();
         let threshold = self.options.wake_threshold;
         let shared = self.shared.clone();
         let events = self.events_tx.clone();
@@ -574,6 +580,7 @@ impl LoopState {
                         capture,
                         mode,
                         transcriber,
+                        turn,
                         wake,
                         threshold,
                         shared,

@@ -24,8 +24,12 @@ pub struct SegmenterSettings {
     pub strict_onset_frames: usize,
     /// The window the strict onset is counted over.
     pub strict_onset_window: usize,
-    /// Unvoiced frames in a row that close it; `None` closes only on [`Segmenter::finish`]
-    /// (push to talk: the release ends the utterance).
+    /// Unvoiced frames in a row after which the segmenter asks whether the person has finished
+    /// ([`Segment::Paused`]); the listener ends the utterance at once when they have
+    /// ([`Segmenter::finish`]). `None` never asks.
+    pub pause_frames: Option<usize>,
+    /// Unvoiced frames in a row that close it whatever was judged at the pause; `None` closes
+    /// only on [`Segmenter::finish`] (push to talk: the release ends the utterance).
     pub hangover_frames: Option<usize>,
     /// Fewer voiced frames than this is noise, not speech.
     pub min_voiced_frames: usize,
@@ -45,7 +49,8 @@ impl Default for SegmenterSettings {
             onset_window: 5,
             strict_onset_frames: 6,
             strict_onset_window: 8,
-            hangover_frames: Some(15), // 300 ms
+            pause_frames: Some(15),    // 300 ms
+            hangover_frames: Some(75), // 1.5 s
             min_voiced_frames: 12,     // 240 ms of voice
             max_frames: 30 * 50,       // 30 s
             floor_rms: 180.0,          // about -45 dBFS
@@ -57,7 +62,18 @@ impl SegmenterSettings {
     /// Push to talk: nothing but the release closes an utterance.
     pub fn push_to_talk() -> Self {
         SegmenterSettings {
+            pause_frames: None,
             hangover_frames: None,
+            ..SegmenterSettings::default()
+        }
+    }
+
+    /// A fixed hangover of `frames`: every pause that long ends the utterance, and nothing is
+    /// asked.
+    pub fn fixed_hangover(frames: usize) -> Self {
+        SegmenterSettings {
+            pause_frames: None,
+            hangover_frames: Some(frames),
             ..SegmenterSettings::default()
         }
     }
@@ -85,6 +101,12 @@ pub enum Segment {
     SpeechStarted {
         /// ms since the capture opened.
         at_ms: u64,
+    },
+    /// The open utterance has been quiet for the pause: has the person finished? The listener
+    /// answers by ending it ([`Segmenter::finish`]) or by feeding on.
+    Paused {
+        /// Its voiced frames so far (too few is noise, not a turn to judge).
+        voiced_frames: usize,
     },
     /// An utterance ended with enough voice to be speech.
     Utterance(Utterance),
@@ -181,6 +203,10 @@ impl Segmenter {
             let hung = s.hangover_frames.is_some_and(|h| open.unvoiced_run >= h);
             if hung || open.frames >= s.max_frames {
                 out.extend(self.close());
+            } else if s.pause_frames == Some(open.unvoiced_run) {
+                out.push(Segment::Paused {
+                    voiced_frames: open.voiced,
+                });
             }
             return out;
         }
@@ -230,7 +256,13 @@ impl Segmenter {
         out
     }
 
-    /// Ends the input (or a push-to-talk release): closes an open utterance.
+    /// The open utterance's samples so far (pre-roll and quiet included).
+    pub fn open_samples(&self) -> Option<&[i16]> {
+        self.current.as_ref().map(|open| open.samples.as_slice())
+    }
+
+    /// Ends the input (or a push-to-talk release, or a turn judged finished at a pause): closes
+    /// an open utterance.
     pub fn finish(&mut self) -> Vec<Segment> {
         self.recent.clear();
         self.close().into_iter().collect()

@@ -306,6 +306,20 @@ pub fn model_dir() -> PathBuf {
     }
 }
 
+/// The installed end-of-turn model with the words, as the voice loop judges pauses; loaded once
+/// per test process.
+pub fn turn() -> jarvis::voice::TurnJudge {
+    static TURN: std::sync::OnceLock<jarvis::voice::TurnJudge> = std::sync::OnceLock::new();
+    TURN.get_or_init(|| {
+        let (turn, missing) = jarvis::voice::models::turn_judge(&model_dir());
+        if let Some(err) = missing {
+            panic!("{err}");
+        }
+        turn
+    })
+    .clone()
+}
+
 /// The installed whisper tiny.en, loaded once per test process. One thread: whisper.cpp's threads
 /// wait for each other by spinning, and with both cores busy two of them took 3 to 9 s for what
 /// one does in 1.8 s.
