@@ -190,9 +190,8 @@ async fn one(stub: &Stub, trial: usize) -> Result<Trial, String> {
         .lines()
         .filter(|l| l.contains("progress handed to the store"))
         .filter_map(|l| {
-            let plain = without_colours(l);
-            plain
-                .split("bytes=")
+            // (A log written to a file carries no colour codes.)
+            l.split("bytes=")
                 .nth(1)?
                 .split_whitespace()
                 .next()?
@@ -219,25 +218,6 @@ async fn one(stub: &Stub, trial: usize) -> Result<Trial, String> {
         lag,
         stored,
     })
-}
-
-/// A log line without its terminal colour codes.
-fn without_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // ESC [ … a letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
 }
 
 fn report(results: &[Result<Trial, String>], trials: usize) {

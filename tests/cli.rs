@@ -291,6 +291,8 @@ async fn a_trace_log_of_a_whole_session_never_contains_the_key() {
         log.push_str(&stderr);
     }
     assert!(log.contains("TRACE"), "trace logging was on");
+    // Written to a pipe (a file, a log collector), it is plain text: no terminal colour codes.
+    assert!(!log.contains('\x1b'), "colour codes in a piped log: {log}");
     assert!(log.contains("You said: hello"));
     assert!(!log.contains(KEY), "the key leaked into the log");
     assert!(

@@ -21,6 +21,8 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
             }),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: a log piped to a file or a collector is plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
     crate::milestone_at("process start");
