@@ -1150,6 +1150,44 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_conversations_first_answer_is_said_even_when_it_ends_before_the_loop_follows_it() {
+    let _one = SERIAL.lock().await;
+    let voice = HeldVoice::default();
+    let mut rig = rig_with(
+        ListenMode::HandsFree,
+        |_| {},
+        whisper(),
+        Arc::new(voice.clone()),
+    )
+    .await;
+    rig.stub
+        .push(Script::text("Paris is the capital of France."));
+    rig.stub
+        .push(Script::text("Madrid is the capital of Spain."));
+    rig.service
+        .voice_ask("What is the capital of France?")
+        .await
+        .unwrap();
+    let first = rig.next_reply().await;
+    assert_eq!(rig.end_of(first).await, ReplyState::Done);
+    // The loop is busy making the first answer's sound (held) while the conversation is ended
+    // and a new one is asked and answered whole: it comes to follow the new chat only after.
+    eventually("the loop to begin to speak", || !voice.asked().is_empty()).await;
+    rig.service.end_conversation().await.unwrap();
+    rig.service.voice_ask("And of Spain?").await.unwrap();
+    let second = rig.next_reply().await;
+    assert_eq!(rig.end_of(second).await, ReplyState::Done);
+    voice.release();
+    eventually("the new conversation's answer to be said", || {
+        voice
+            .asked()
+            .iter()
+            .any(|s| s.contains("Madrid is the capital of Spain"))
+    })
+    .await;
+}
+
 /// About thirty seconds of Jarvis talking.
 fn thirty_second_answer() -> &'static str {
     "The Eiffel Tower was built for the world fair of eighteen eighty nine. \

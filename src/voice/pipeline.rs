@@ -110,7 +110,8 @@ fn moved(shown: Option<f32>, now: Option<f32>) -> bool {
 }
 
 enum LoopCommand {
-    Replay(ReplyId),
+    /// Read this answer aloud, then count the replay made.
+    Replay(ReplyId, Arc<std::sync::atomic::AtomicUsize>),
 }
 
 /// The running loop. Dropping it stops listening and speaking; the conversation stays in the
@@ -123,6 +124,10 @@ pub struct VoiceLoop {
     commands: mpsc::Sender<LoopCommand>,
     task: JoinHandle<()>,
     listening: ListeningThreads,
+    /// Replays asked for and not yet handed whole to the speaker (the loop makes their sound
+    /// before it looks at anything else, so the status cannot say it is about to speak).
+    replays: Arc<std::sync::atomic::AtomicUsize>,
+    shared: Shared,
 }
 
 /// The loop's listening threads that still run. A thread ends soon after its microphone closes
@@ -180,6 +185,9 @@ impl VoiceLoop {
     /// microphone hears before anything listens (unless the sound server does it already).
     pub fn start(service: Service, mut parts: VoiceParts, options: VoiceOptions) -> VoiceLoop {
         let heard_until = options.heard_until;
+        // The conversation's chat as the loop starts: only its answers can have been said by
+        // a loop before this one.
+        let chat_at_start = service.voice_status().borrow().chat;
         if options.cancel_echo {
             let reference = Reference::new();
             parts.sink.tap(Arc::new(reference.clone()));
@@ -194,6 +202,7 @@ impl VoiceLoop {
         let (levels_tx, levels) = watch::channel(Levels::default());
         let (commands, command_rx) = mpsc::channel(8);
         let shared = Shared::default();
+        let loop_shared = shared.clone();
         let speaker = Speaker::new(
             parts.synthesizer.clone(),
             parts.sink.clone(),
@@ -225,6 +234,7 @@ impl VoiceLoop {
             speaking: false,
             said_before: None,
             heard_until,
+            chat_at_start,
             stopped_through: None,
         };
         let task = tokio::spawn(state.run(events, command_rx));
@@ -236,6 +246,8 @@ impl VoiceLoop {
             commands,
             task,
             listening,
+            replays: Arc::default(),
+            shared: loop_shared,
         }
     }
 
@@ -261,14 +273,22 @@ impl VoiceLoop {
 
     /// Reads a finished answer aloud again (the orb's Play answer); touches no history.
     pub async fn replay(&self, reply: ReplyId) {
+        self.replays.fetch_add(1, Ordering::SeqCst);
         if self
             .commands
-            .send(LoopCommand::Replay(reply))
+            .send(LoopCommand::Replay(reply, self.replays.clone()))
             .await
             .is_err()
         {
+            self.replays.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!(%reply, "the voice loop has ended: nothing is played");
         }
+    }
+
+    /// Whether its voice plays now, or a replay asked for is still being made: replacing the
+    /// loop now would cut what the user asked to hear.
+    pub fn sounding(&self) -> bool {
+        self.replays.load(Ordering::SeqCst) > 0 || self.shared.speaking()
     }
 }
 
@@ -380,6 +400,8 @@ struct LoopState {
     said_before: Option<ReplyId>,
     /// Until the loop first follows the conversation: where it stood as the loop was built.
     heard_until: Option<HeardUntil>,
+    /// The conversation's chat as the loop started (read as it was made, before the loop runs).
+    chat_at_start: Option<ChatId>,
     /// The conversation's newest reply when Stop was last said: it and every reply before it are
     /// not spoken, however far behind the loop was reading them (answers written while it spoke
     /// an earlier one are stopped with it).
@@ -437,7 +459,10 @@ impl LoopState {
                     None => self.chat = None,
                 },
                 Some(command) = commands.recv() => match command {
-                    LoopCommand::Replay(reply) => self.replay(reply).await,
+                    LoopCommand::Replay(reply, pending) => {
+                        self.replay(reply).await;
+                        pending.fetch_sub(1, Ordering::SeqCst);
+                    }
                 },
                 _ = tick.tick() => self.on_tick().await,
             }
@@ -526,7 +551,11 @@ impl LoopState {
                                     until.chat == Some(chat)
                                         && until.reply.is_some_and(|u| r.id <= u)
                                 }
-                                None => true,
+                                // No note of where it stood: a chat that was the conversation's
+                                // as this loop started was heard through the loop before it; one
+                                // begun since (a new conversation after End) was not, however
+                                // late this loop, busy saying something, comes to follow it.
+                                None => self.chat_at_start == Some(chat),
                             })
                             .map(|r| r.id);
                         tracing::debug!(%chat, said_before = ?self.said_before, "following the conversation");
