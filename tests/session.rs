@@ -31,6 +31,39 @@ struct Maker {
     begun: Arc<Mutex<usize>>,
     hold: Arc<(Mutex<bool>, Condvar)>,
     broken: Arc<Mutex<Option<String>>>,
+    /// Holds every loop's voice while it makes a sentence's sound, as a loaded machine does.
+    voice: HeldSpeech,
+}
+
+/// espeak-ng, held while `hold` is set; counts the sentences it was asked to say.
+#[derive(Clone, Default)]
+struct HeldSpeech {
+    hold: Arc<(Mutex<bool>, Condvar)>,
+    asked: Arc<Mutex<usize>>,
+}
+
+impl HeldSpeech {
+    fn set_held(&self, on: bool) {
+        *self.hold.0.lock().unwrap() = on;
+        self.hold.1.notify_all();
+    }
+
+    fn asked(&self) -> usize {
+        *self.asked.lock().unwrap()
+    }
+}
+
+impl jarvis::voice::Synthesizer for HeldSpeech {
+    fn synthesize(&self, text: &str) -> Result<jarvis::voice::Clip, VoiceError> {
+        *self.asked.lock().unwrap() += 1;
+        let (held, wake) = &*self.hold;
+        let mut held = held.lock().unwrap();
+        while *held {
+            held = wake.wait(held).unwrap();
+        }
+        drop(held);
+        Espeak::default().synthesize(text)
+    }
 }
 
 impl Maker {
@@ -58,7 +91,7 @@ impl Maker {
                 source: Arc::new(source),
                 sink: Arc::new(speaker),
                 transcriber: Arc::new(models::lazy_whisper(&model_dir(), SpeechModel::TinyEn, 1)?),
-                synthesizer: Arc::new(Espeak::default()),
+                synthesizer: Arc::new(me.voice.clone()),
                 wake: None,
                 turn: jarvis::voice::TurnJudge::default(),
             })
@@ -140,6 +173,16 @@ fn form_of(settings: &Settings) -> SettingsForm {
 }
 
 impl Rig {
+    /// Whether the voice conversation is replying now.
+    fn voice_replying(&self) -> bool {
+        self.session
+            .service()
+            .voice_status()
+            .borrow()
+            .replying
+            .is_some()
+    }
+
     fn form(&self) -> SettingsForm {
         form_of(&self.session.settings())
     }
@@ -281,13 +324,7 @@ async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is
 
     // A restart that did not wait for the reply would come within this time.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(rig
-        .session
-        .service()
-        .voice_status()
-        .borrow()
-        .replying
-        .is_some());
+    assert!(rig.voice_replying());
     assert_eq!(
         rig.maker.builds().len(),
         1,
@@ -297,13 +334,7 @@ async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is
 
     rig.until("the new voice loop", || rig.maker.builds().len() == 2)
         .await;
-    assert!(rig
-        .session
-        .service()
-        .voice_status()
-        .borrow()
-        .replying
-        .is_none());
+    assert!(!rig.voice_replying());
     assert_eq!(rig.maker.builds()[1].speech_model, SpeechModel::Base);
 }
 
@@ -337,6 +368,46 @@ async fn play_pressed_while_a_new_voice_loop_is_built_is_said_by_the_new_loop() 
         Duration::ZERO,
         "the old loop began it (and was dropped with it)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_waits_for_an_answer_read_aloud_whose_sound_is_still_being_made() {
+    let rig = rig().await;
+    rig.stub
+        .push(Script::text("The answer to read aloud again, once more."));
+    let reply = rig.answered("Say something.").await;
+    rig.session.start_voice().await;
+    rig.until("the voice loop", || rig.maker.builds().len() == 1)
+        .await;
+
+    // Read aloud, its sound still being made (held): nothing plays yet, the status says quiet.
+    rig.maker.voice.set_held(true);
+    rig.session.voice().replay(reply).await.unwrap();
+    rig.until("the loop to make the answer's sound", || {
+        rig.maker.voice.asked() == 1
+    })
+    .await;
+    let mut form = rig.form();
+    form.speech_model = SpeechModel::Base;
+    rig.session.apply(form).await.unwrap();
+    // A restart that did not wait for the answer would come within this time (it waits half a
+    // second of quiet).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        rig.maker.builds().len(),
+        1,
+        "the loop was replaced while it made the answer asked for"
+    );
+    rig.maker.voice.set_held(false);
+    let old = rig.maker.builds()[0].speaker.clone();
+    rig.until("the answer said whole by the old loop", || {
+        old.played_samples().duration() >= Duration::from_millis(1500)
+    })
+    .await;
+    rig.until("the restart, once it has been said", || {
+        rig.maker.builds().len() == 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,7 +265,9 @@ impl VoiceSupervisor {
                 if slot.restarts != restart {
                     return;
                 }
-                if still_quiet && slot.asked == before {
+                // (A replay being made is not in the status yet: the loop says so itself.)
+                let sounding = slot.current.as_ref().is_ok_and(|voice| voice.sounding());
+                if still_quiet && !sounding && slot.asked == before {
                     // From here on, what is asked to be said waits for the new loop.
                     slot.building.get_or_insert_with(Vec::new);
                     break;
