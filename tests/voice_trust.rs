@@ -294,3 +294,66 @@ fn a_missing_damaged_or_wrong_end_of_turn_model_is_named_and_the_words_still_jud
         );
     }
 }
+
+/// A wake word detector that fires once, at a given frame.
+struct FiresAt {
+    frame: usize,
+    fed: usize,
+}
+
+impl jarvis::voice::WakeDetector for FiresAt {
+    fn feed(&mut self, _: &[i16]) -> Result<f32, jarvis::voice::VoiceError> {
+        self.fed += 1;
+        Ok(if self.fed == self.frame { 1.0 } else { 0.0 })
+    }
+
+    fn reset(&mut self) {}
+}
+
+/// Whisper's words for whatever it is given, without whisper: what the listener does with them
+/// is under test.
+struct Says(&'static str);
+
+impl Transcriber for Says {
+    fn transcribe(
+        &self,
+        _: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        Ok(jarvis::voice::stt::Transcript {
+            text: self.0.into(),
+            no_speech: 0.0,
+        })
+    }
+}
+
+#[test]
+fn a_question_begun_just_before_the_wake_word_is_detected_is_kept_whole() {
+    // "Hey Jarvis", a pause that ends its utterance, and the question — the detector, a little
+    // late, fires only as the question begins: the question does not hold the phrase.
+    let wake = fixtures::said("Hey Jarvis.", 0).unwrap();
+    let question = fixtures::said("What time is it?", 0).unwrap();
+    let mut sound = wake.clone();
+    sound.extend(std::iter::repeat_n(0.0, 16_000 * 3 / 10));
+    let question_at_ms = 500 + sound.len() as u64 * 1000 / 16_000;
+    sound.extend(&question);
+    let heard = Listener::new(
+        ListenMode::Wake,
+        Arc::new(Says("What time is it?")),
+        Some(Box::new(FiresAt {
+            // 100 ms into the question (the quiet room adds half a second before it all)
+            frame: ((question_at_ms + 100) / 20) as usize,
+            fed: 0,
+        })),
+        0.5,
+        Shared::default(),
+    )
+    .with_turn(turn())
+    .hear_all(&fixtures::in_quiet_room(&sound))
+    .unwrap();
+    let questions: Vec<_> = heard
+        .iter()
+        .filter(|r| r.heard == Heard::Question)
+        .map(|r| r.text.as_str())
+        .collect();
+    assert_eq!(questions, ["What time is it?"], "{heard:?}");
+}

@@ -143,6 +143,11 @@ pub struct Listener {
     asked: Option<(usize, Transcript)>,
 }
 
+/// An utterance open this long when the wake word's detector fires holds the phrase; one begun
+/// later is what the person said after it (the detector fires within a few hundred ms of the
+/// phrase's end; the utterance's start includes 300 ms of pre-roll).
+const WAKE_PHRASE_INSIDE_MS: u64 = 500;
+
 /// Quiet that asks whether the person has finished when the end-of-turn model hears the voice:
 /// 200 ms, what it was trained on.
 const PAUSE_WITH_MODEL: usize = 10;
@@ -224,7 +229,13 @@ impl Listener {
                     tracing::debug!(score, "wake word heard");
                     wake.reset();
                     self.shared.set_awake(true);
-                    self.holds_wake_word = self.segmenter.in_speech();
+                    // The phrase is in the open utterance only if that began well before the
+                    // detector fired: one begun just now (after a short pause that ended the
+                    // utterance "Hey Jarvis" was) is what the person says next, whole.
+                    self.holds_wake_word = self
+                        .segmenter
+                        .open_start_ms()
+                        .is_some_and(|start| start + WAKE_PHRASE_INSIDE_MS <= now_ms);
                     out.push(ListenEvent::Heard(UtteranceReport {
                         heard: Heard::Wake,
                         text: String::new(),

@@ -256,6 +256,13 @@ impl Segmenter {
         out
     }
 
+    /// Where the open utterance starts, in ms since the capture opened (pre-roll included).
+    pub fn open_start_ms(&self) -> Option<u64> {
+        self.current
+            .as_ref()
+            .map(|open| open.start_frame * FRAME_MS)
+    }
+
     /// The open utterance's samples so far (pre-roll and quiet included).
     pub fn open_samples(&self) -> Option<&[i16]> {
         self.current.as_ref().map(|open| open.samples.as_slice())
