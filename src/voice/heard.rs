@@ -118,7 +118,7 @@ pub fn words(text: &str) -> Vec<String> {
 }
 
 /// Text with every bracketed sound label removed: `[cough]`, `(music)`, `*sighs*`, `♪`.
-fn without_labels(text: &str) -> String {
+pub fn without_labels(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut depth: i32 = 0;
     let mut in_stars = false;

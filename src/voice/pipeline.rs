@@ -335,7 +335,8 @@ fn listen(
         Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
         Err(err) => {
             tracing::warn!(%err, "an utterance could not be heard");
-            true
+            // Its end was lost with it: Jarvis's voice comes back all the same.
+            events.send(ListenEvent::SpeechEnded).is_ok()
         }
     };
     loop {

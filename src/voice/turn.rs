@@ -314,6 +314,7 @@ impl TurnJudge {
     /// - otherwise the model's verdict; with no model, or one that fails, complete (the quiet
     ///   before the question was asked is the hangover it always was).
     pub fn judge(&self, samples: &[i16], text: &str) -> Turn {
+        let text = &super::heard::without_labels(text);
         if super::heard::words(text).is_empty() {
             return Turn::Complete;
         }
