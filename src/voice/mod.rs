@@ -45,6 +45,35 @@ pub use turn::{SmartTurn, Turn, TurnJudge};
 pub use vad::{Segment, Segmenter, SegmenterSettings};
 pub use wake::{OpenWakeWord, WakeDetector};
 
+/// Opens an ONNX model on ONNX Runtime (loaded first: [`crate::onnx::init`]) with `threads`
+/// threads: a missing file, the runtime not loaded, and a file it cannot read are each an error
+/// that names `what` and the path.
+pub(crate) fn onnx_session(
+    path: &std::path::Path,
+    what: &'static str,
+    threads: usize,
+) -> Result<ort::session::Session, VoiceError> {
+    if !path.is_file() {
+        return Err(VoiceError::ModelMissing {
+            what,
+            path: path.display().to_string(),
+        });
+    }
+    let broken = |e: String| VoiceError::ModelBroken {
+        what,
+        path: path.display().to_string(),
+        reason: e,
+    };
+    let environment = crate::onnx::environment()
+        .ok_or_else(|| broken("ONNX Runtime is not loaded (crate::onnx::init)".into()))?;
+    ort::session::Session::builder(environment)
+        .map_err(|e| broken(e.to_string()))?
+        .with_intra_threads(threads)
+        .map_err(|e| broken(e.to_string()))?
+        .commit_from_file(path)
+        .map_err(|e| broken(e.to_string()))
+}
+
 /// The rate everything listens at: 16 kHz mono.
 pub const SAMPLE_RATE: u32 = 16_000;
 /// One voice activity frame: 20 ms.

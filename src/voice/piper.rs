@@ -134,18 +134,7 @@ impl Piper {
         if config.audio.sample_rate == 0 {
             return Err(broken(&config_file, "its sample rate is 0".into()));
         }
-        let environment = crate::onnx::environment().ok_or_else(|| {
-            broken(
-                model,
-                "ONNX Runtime is not loaded (crate::onnx::init)".into(),
-            )
-        })?;
-        let session = Session::builder(environment)
-            .map_err(|e| broken(model, e.to_string()))?
-            .with_intra_threads(threads())
-            .map_err(|e| broken(model, e.to_string()))?
-            .commit_from_file(model)
-            .map_err(|e| broken(model, e.to_string()))?;
+        let session = super::onnx_session(model, WHAT, threads())?;
         let names: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for needed in ["input", "input_lengths", "scales"] {
             if !names.contains(&needed) {

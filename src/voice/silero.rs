@@ -48,20 +48,7 @@ impl Silero {
     /// Loads the model (ONNX Runtime must be loaded: [`crate::onnx::init`]) and tries it on a
     /// chunk of silence, so a file of the wrong shape fails here, not on the first utterance.
     pub fn load(path: &Path) -> Result<Silero, VoiceError> {
-        if !path.is_file() {
-            return Err(VoiceError::ModelMissing {
-                what: "speech detector",
-                path: path.display().to_string(),
-            });
-        }
-        let environment =
-            crate::onnx::environment().ok_or_else(|| broken(path, "ONNX Runtime is not loaded"))?;
-        let session = Session::builder(environment)
-            .map_err(|e| broken(path, e))?
-            .with_intra_threads(1)
-            .map_err(|e| broken(path, e))?
-            .commit_from_file(path)
-            .map_err(|e| broken(path, e))?;
+        let session = super::onnx_session(path, "speech detector", 1)?;
         let silero = Silero {
             session: Mutex::new(session),
         };

@@ -200,20 +200,7 @@ impl SmartTurn {
     /// Loads the model (ONNX Runtime must be loaded: [`crate::onnx::init`]) and tries it on
     /// silence, so a file of the wrong shape fails here, not at the first pause.
     pub fn load(path: &Path) -> Result<SmartTurn, VoiceError> {
-        if !path.is_file() {
-            return Err(VoiceError::ModelMissing {
-                what: "end-of-turn model",
-                path: path.display().to_string(),
-            });
-        }
-        let environment =
-            crate::onnx::environment().ok_or_else(|| broken(path, "ONNX Runtime is not loaded"))?;
-        let session = Session::builder(environment)
-            .map_err(|e| broken(path, e))?
-            .with_intra_threads(1)
-            .map_err(|e| broken(path, e))?
-            .commit_from_file(path)
-            .map_err(|e| broken(path, e))?;
+        let session = super::onnx_session(path, "end-of-turn model", 1)?;
         let model = SmartTurn {
             session: Mutex::new(session),
             features: Features::new(),

@@ -64,25 +64,7 @@ pub struct OpenWakeWord {
 }
 
 fn session(path: &Path, what: &'static str) -> Result<Session, VoiceError> {
-    if !path.is_file() {
-        return Err(VoiceError::ModelMissing {
-            what,
-            path: path.display().to_string(),
-        });
-    }
-    let broken = |e: String| VoiceError::ModelBroken {
-        what,
-        path: path.display().to_string(),
-        reason: e,
-    };
-    let environment = crate::onnx::environment()
-        .ok_or_else(|| broken("ONNX Runtime is not loaded (crate::onnx::init)".into()))?;
-    Session::builder(environment)
-        .map_err(|e| broken(e.to_string()))?
-        .with_intra_threads(1)
-        .map_err(|e| broken(e.to_string()))?
-        .commit_from_file(path)
-        .map_err(|e| broken(e.to_string()))
+    super::onnx_session(path, what, 1)
 }
 
 fn run_error(e: impl std::fmt::Display) -> VoiceError {
