@@ -213,9 +213,8 @@ fn a_question_in_any_voice_is_one_question_with_its_words() {
     );
 }
 
-#[test]
-fn a_missing_or_damaged_speech_detector_is_named_and_whisper_still_listens() {
-    let dir = Dir::new();
+/// A model folder in `dir` with nothing but the installed ONNX Runtime in it.
+fn models_with_onnx_runtime_only(dir: &Dir) -> std::path::PathBuf {
     let models = dir.path().join("models");
     std::fs::create_dir_all(models.join("onnxruntime")).unwrap();
     let (library, here) = (
@@ -225,6 +224,13 @@ fn a_missing_or_damaged_speech_detector_is_named_and_whisper_still_listens() {
     if library != here {
         std::os::unix::fs::symlink(library, here).unwrap();
     }
+    models
+}
+
+#[test]
+fn a_missing_or_damaged_speech_detector_is_named_and_whisper_still_listens() {
+    let dir = Dir::new();
+    let models = models_with_onnx_runtime_only(&dir);
     let question = fixtures::said("What time is it in Tokyo?", 0).unwrap();
     let detector = models.join(jarvis::voice::silero::DETECTOR_FILE);
     for (what, damage) in [
@@ -249,15 +255,7 @@ fn a_missing_or_damaged_speech_detector_is_named_and_whisper_still_listens() {
 #[test]
 fn a_missing_damaged_or_wrong_end_of_turn_model_is_named_and_the_words_still_judge_pauses() {
     let dir = Dir::new();
-    let models = dir.path().join("models");
-    std::fs::create_dir_all(models.join("onnxruntime")).unwrap();
-    let (library, here) = (
-        jarvis::onnx::library_path(&model_dir()),
-        jarvis::onnx::library_path(&models),
-    );
-    if library != here {
-        std::os::unix::fs::symlink(library, here).unwrap();
-    }
+    let models = models_with_onnx_runtime_only(&dir);
     let transcriber = gated();
     let hesitant = fixtures::hesitant(
         "How long does it take to",

@@ -369,12 +369,11 @@ impl Listener {
 impl Listener {
     /// Whether the person who paused in the open utterance has finished: what was said so far is
     /// transcribed (kept: if the utterance ends with no more voice, that is its transcript) and
-    /// judged. Noise, and speech while the wake word is awaited, end at the pause as they always
-    /// did; a transcription that fails ends the turn too (the utterance is transcribed again as
-    /// it closes, and that failure is reported).
+    /// judged. Speech while the wake word is awaited ends at the pause as it always did (noise
+    /// does in the segmenter); a transcription that fails ends the turn too (the utterance is
+    /// transcribed again as it closes, and that failure is reported).
     fn turn_ended(&mut self, voiced_frames: usize) -> bool {
-        let awaited = self.mode == ListenMode::Wake && !self.shared.awake();
-        if voiced_frames < SegmenterSettings::default().min_voiced_frames || awaited {
+        if self.mode == ListenMode::Wake && !self.shared.awake() {
             return true;
         }
         let Some(samples) = self.segmenter.open_samples().map(<[i16]>::to_vec) else {

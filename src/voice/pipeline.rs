@@ -110,8 +110,7 @@ fn moved(shown: Option<f32>, now: Option<f32>) -> bool {
 }
 
 enum LoopCommand {
-    /// Read this answer aloud, then count the replay made.
-    Replay(ReplyId, Arc<std::sync::atomic::AtomicUsize>),
+    Replay(ReplyId),
 }
 
 /// The running loop. Dropping it stops listening and speaking; the conversation stays in the
@@ -203,6 +202,7 @@ impl VoiceLoop {
         let (commands, command_rx) = mpsc::channel(8);
         let shared = Shared::default();
         let loop_shared = shared.clone();
+        let replays = Arc::<std::sync::atomic::AtomicUsize>::default();
         let speaker = Speaker::new(
             parts.synthesizer.clone(),
             parts.sink.clone(),
@@ -236,6 +236,7 @@ impl VoiceLoop {
             heard_until,
             chat_at_start,
             stopped_through: None,
+            replays: replays.clone(),
         };
         let task = tokio::spawn(state.run(events, command_rx));
         VoiceLoop {
@@ -246,7 +247,7 @@ impl VoiceLoop {
             commands,
             task,
             listening,
-            replays: Arc::default(),
+            replays,
             shared: loop_shared,
         }
     }
@@ -276,7 +277,7 @@ impl VoiceLoop {
         self.replays.fetch_add(1, Ordering::SeqCst);
         if self
             .commands
-            .send(LoopCommand::Replay(reply, self.replays.clone()))
+            .send(LoopCommand::Replay(reply))
             .await
             .is_err()
         {
@@ -403,6 +404,8 @@ struct LoopState {
     heard_until: Option<HeardUntil>,
     /// The conversation's chat as the loop started (read as it was made, before the loop runs).
     chat_at_start: Option<ChatId>,
+    /// Replays asked for and not yet made (shared with [`VoiceLoop::sounding`]).
+    replays: Arc<std::sync::atomic::AtomicUsize>,
     /// The conversation's newest reply when Stop was last said: it and every reply before it are
     /// not spoken, however far behind the loop was reading them (answers written while it spoke
     /// an earlier one are stopped with it).
@@ -460,9 +463,9 @@ impl LoopState {
                     None => self.chat = None,
                 },
                 Some(command) = commands.recv() => match command {
-                    LoopCommand::Replay(reply, pending) => {
+                    LoopCommand::Replay(reply) => {
                         self.replay(reply).await;
-                        pending.fetch_sub(1, Ordering::SeqCst);
+                        self.replays.fetch_sub(1, Ordering::SeqCst);
                     }
                 },
                 _ = tick.tick() => self.on_tick().await,

@@ -102,10 +102,11 @@ pub enum Segment {
         /// ms since the capture opened.
         at_ms: u64,
     },
-    /// The open utterance has been quiet for the pause: has the person finished? The listener
-    /// answers by ending it ([`Segmenter::finish`]) or by feeding on.
+    /// The open utterance, with voice enough to be speech, has been quiet for the pause: has the
+    /// person finished? The listener answers by ending it ([`Segmenter::finish`]) or by feeding
+    /// on.
     Paused {
-        /// Its voiced frames so far (too few is noise, not a turn to judge).
+        /// Its voiced frames so far.
         voiced_frames: usize,
     },
     /// An utterance ended with enough voice to be speech.
@@ -201,7 +202,10 @@ impl Segmenter {
                 open.unvoiced_run += 1;
             }
             let hung = s.hangover_frames.is_some_and(|h| open.unvoiced_run >= h);
-            if hung || open.frames >= s.max_frames {
+            // A burst too short to be speech ends at the pause: there is no turn to judge.
+            let noise_paused =
+                s.pause_frames == Some(open.unvoiced_run) && open.voiced < s.min_voiced_frames;
+            if hung || noise_paused || open.frames >= s.max_frames {
                 out.extend(self.close());
             } else if s.pause_frames == Some(open.unvoiced_run) {
                 out.push(Segment::Paused {
