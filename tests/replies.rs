@@ -224,8 +224,10 @@ async fn a_second_question_in_a_replying_chat_is_refused_as_busy() {
     assert_eq!(text_of(&events), "You said: third");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
+// Eight workers: the waiting replies' tasks run side by side, in whatever order the machine
+// gives them, and still reach the backend in the order their questions were asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn with_a_one_at_a_time_backend_other_chats_wait_then_run_in_the_order_asked() {
     let stub = Stub::start().await.unwrap();
     // The first chat's answer runs until the others are seen waiting.
     let gate = stub.gate();
@@ -243,26 +245,35 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
     s.replies.max_concurrent = 1;
     let service = service(&dir, s);
     let (_, a, mut att_a) = ask_new(&service, "first question").await;
-    let (chat_b, b, mut att_b) = ask_new(&service, "second").await;
-    let (_, c, mut att_c) = ask_new(&service, "third").await;
-
-    // B says it waits, and its request has not been sent.
-    let mut b_events = Vec::new();
-    loop {
-        let event = att_b.next_of(b).await.unwrap();
-        b_events.push(event.clone());
-        if let Event::Waiting { message, .. } = event {
-            assert_eq!(message, WAITING_MESSAGE);
-            break;
-        }
+    let asked = ["second", "third", "fourth", "fifth", "sixth"];
+    let mut waiting = Vec::new();
+    for question in asked {
+        waiting.push(ask_new(&service, question).await);
     }
-    // Once the first chat's answer flows, B is still waiting and its request is not out.
+
+    // Each says it waits.
+    let mut heard = Vec::new();
+    for (_, reply, attachment) in &mut waiting {
+        let mut events = Vec::new();
+        loop {
+            let event = attachment.next_of(*reply).await.unwrap();
+            events.push(event.clone());
+            if let Event::Waiting { message, .. } = event {
+                assert_eq!(message, WAITING_MESSAGE);
+                break;
+            }
+        }
+        heard.push(events);
+    }
+    // Once the first chat's answer flows, the others still wait and their requests are not out.
     let mut a_events = Vec::new();
     while !matches!(a_events.last(), Some(Event::Delta { .. })) {
         a_events.push(att_a.next_of(a).await.unwrap());
     }
-    let stored = service.store().last_reply(chat_b).unwrap().unwrap();
-    assert_eq!(stored.state, ReplyState::Waiting);
+    for (chat, _, _) in &waiting {
+        let stored = service.store().last_reply(*chat).unwrap().unwrap();
+        assert_eq!(stored.state, ReplyState::Waiting);
+    }
     assert_eq!(
         stub.received().len(),
         1,
@@ -272,12 +283,12 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
 
     a_events.extend(until_end(&mut att_a, a).await);
     assert_eq!(ending(&a_events).0, ReplyState::Done);
-    b_events.extend(until_end(&mut att_b, b).await);
-    let c_events = until_end(&mut att_c, c).await;
-    assert_eq!(text_of(&b_events), "You said: second");
-    assert_eq!(text_of(&c_events), "You said: third");
-    assert!(c_events.iter().any(|e| matches!(e, Event::Waiting { .. })));
-    // They ran in arrival order, one after the other.
+    for (((_, reply, attachment), mut events), question) in waiting.iter_mut().zip(heard).zip(asked)
+    {
+        events.extend(until_end(attachment, *reply).await);
+        assert_eq!(text_of(&events), format!("You said: {question}"));
+    }
+    // They ran in the order asked, one after the other.
     let order: Vec<String> = stub
         .received()
         .iter()
@@ -288,7 +299,9 @@ async fn with_a_one_at_a_time_backend_another_chat_waits_then_runs_in_order() {
             last.rsplit_once("\n\n").unwrap().1.to_string()
         })
         .collect();
-    assert_eq!(order, ["first question", "second", "third"]);
+    let mut expected = vec!["first question"];
+    expected.extend(asked);
+    assert_eq!(order, expected);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -802,10 +802,11 @@ impl Actor {
         if self.replying(chat).is_some() {
             return Err(AskError::Busy(chat));
         }
-        let permit = self.permits.clone().try_acquire_owned().ok();
+        // Its place at the backend is taken now, in the order questions arrive.
+        let turn = reply::BackendTurn::take(&self.permits).await;
         // A summary holding the backend gives way to a reply at once.
-        let housekeeping_gives_way = permit.is_none() && self.housekeeping.make_way();
-        let initial = if permit.is_some() {
+        let housekeeping_gives_way = !turn.is_now() && self.housekeeping.make_way();
+        let initial = if turn.is_now() {
             ReplyState::Running
         } else {
             ReplyState::Waiting
@@ -851,7 +852,6 @@ impl Actor {
             store: self.store_of(chat).clone(),
             backend: self.backend.clone(),
             permits: self.permits.clone(),
-            permit,
             cancel: cancel.clone(),
             log: log.clone(),
             options: self.options.clone(),
@@ -864,7 +864,7 @@ impl Actor {
         let state = self.chat_state(chat).await?;
         state.hub.publish(log.clone());
         state.running = Some(Running { reply, cancel, log });
-        tokio::spawn(job.run());
+        tokio::spawn(job.run(turn));
         Ok(reply)
     }
 }

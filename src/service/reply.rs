@@ -2,7 +2,9 @@
 //! made, and end in exactly one state. Only its cancellation token (Stop) cuts it short.
 
 use std::sync::Arc;
+use std::task::Poll;
 
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -23,7 +25,6 @@ pub(crate) struct ReplyJob {
     pub store: Store,
     pub backend: Arc<dyn Backend>,
     pub permits: Arc<Semaphore>,
-    pub permit: Option<OwnedSemaphorePermit>,
     pub cancel: CancellationToken,
     pub log: Arc<ReplyLog>,
     pub options: ServiceOptions,
@@ -36,6 +37,40 @@ pub(crate) struct ReplyJob {
     pub housekeeping: super::Housekeeping,
     /// No permit was free because a summary held it, and it is giving way.
     pub housekeeping_gives_way: bool,
+}
+
+/// A reply's place at the backend, taken by the service as the question arrives: the backend at
+/// once, or a place in the queue of replies waiting for it. The place is held from that moment
+/// (tokio's semaphore serves its waiters first come, first served), so replies waiting for a
+/// one-at-a-time backend run in the order they were asked, whatever order their tasks happen to
+/// run in on a busy machine.
+pub(crate) enum BackendTurn {
+    Now(OwnedSemaphorePermit),
+    /// Resolves to the backend when this reply's turn comes (`None` only if the permits were
+    /// closed, which the service never does).
+    Queued(BoxFuture<'static, Option<OwnedSemaphorePermit>>),
+}
+
+impl BackendTurn {
+    /// The backend if it is free, or else the next place in its queue.
+    pub(crate) async fn take(permits: &Arc<Semaphore>) -> BackendTurn {
+        if let Ok(permit) = permits.clone().try_acquire_owned() {
+            return BackendTurn::Now(permit);
+        }
+        let mut acquire = Box::pin(permits.clone().acquire_owned());
+        // Polled once, the acquire joins the queue and keeps its place until it is granted or
+        // dropped (with tokio's cooperative budget off for this poll, so it cannot be put off
+        // without joining).
+        match futures::poll!(tokio::task::unconstrained(acquire.as_mut())) {
+            Poll::Ready(Ok(permit)) => BackendTurn::Now(permit),
+            Poll::Ready(Err(_)) => BackendTurn::Queued(Box::pin(async { None })),
+            Poll::Pending => BackendTurn::Queued(Box::pin(async move { acquire.await.ok() })),
+        }
+    }
+
+    pub(crate) fn is_now(&self) -> bool {
+        matches!(self, BackendTurn::Now(_))
+    }
 }
 
 /// How long a reply waits, without a word, for a summary to give the backend back.
@@ -68,7 +103,8 @@ fn ends_sentence(text: &str) -> bool {
 }
 
 impl ReplyJob {
-    pub(crate) async fn run(mut self) {
+    /// Runs the reply from `turn`, its place at the backend.
+    pub(crate) async fn run(self, turn: BackendTurn) {
         self.log.push(Event::ReplyStarted {
             chat: self.chat,
             reply: self.reply,
@@ -85,9 +121,9 @@ impl ReplyJob {
                 .flatten()
         };
         let mut text = String::new();
-        let outcome = match self.permit.take() {
-            Some(permit) => self.write(permit, &mut text).await,
-            None => match self.wait_for_backend().await {
+        let outcome = match turn {
+            BackendTurn::Now(permit) => self.write(permit, &mut text).await,
+            BackendTurn::Queued(place) => match self.wait_for_backend(place).await {
                 Some(permit) => self.write(permit, &mut text).await,
                 None => Outcome::stopped(),
             },
@@ -191,17 +227,19 @@ impl ReplyJob {
             .await;
     }
 
-    /// Waits, in arrival order, for the backend; `None` when stopped meanwhile.
-    async fn wait_for_backend(&self) -> Option<OwnedSemaphorePermit> {
-        let acquire = self.permits.clone().acquire_owned();
-        tokio::pin!(acquire);
+    /// Waits in its place (taken in arrival order) for the backend; `None` when stopped
+    /// meanwhile.
+    async fn wait_for_backend(
+        &self,
+        mut acquire: BoxFuture<'static, Option<OwnedSemaphorePermit>>,
+    ) -> Option<OwnedSemaphorePermit> {
         if self.housekeeping_gives_way {
             // A summary holds the backend and is giving way: the permit comes back in moments,
             // and nothing is said about another chat's reply, since there is none.
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return None,
-                permit = &mut acquire => return self.running(permit.ok()?).await,
+                permit = &mut acquire => return self.running(permit?).await,
                 _ = tokio::time::sleep(GIVE_WAY) => {}
             }
         }
@@ -214,7 +252,7 @@ impl ReplyJob {
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return None,
-                permit = &mut acquire => return self.running(permit.ok()?).await,
+                permit = &mut acquire => return self.running(permit?).await,
                 _ = heartbeat.tick() => {
                     self.renew_lease().await;
                 }
