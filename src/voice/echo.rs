@@ -718,25 +718,44 @@ impl EchoCancelled {
 /// them holds a block back), and the frame waits for it rather than meet a reference with a hole.
 const CAPTURE_LAG: i64 = SAMPLE_RATE as i64 * 40 / 1000;
 
-/// The capture side's clock: frame `k` was heard over `[anchor + k·20 ms − 20 ms, anchor +
-/// k·20 ms)`, re-anchored when frames come so late or so early that the device's clock cannot
-/// explain it.
+/// The capture side's clock: where on the time line each frame of an opening was heard. A frame
+/// arrives after it was heard, never before, and often well after on a busy machine (the reading
+/// thread gets no core for a while, then frames come in a burst): frame `k` is placed at `k`
+/// frames after the earliest anchor its recent arrivals allow (the least of `arrival − (k + 1)
+/// frames` over the last [`CLOCK_WINDOW`] frames). A burst after a stall keeps its frames where
+/// they were heard, so the reference stays aligned with the echo; the window follows a device
+/// clock that runs a little slow, and a gap in the frames, after a while.
+#[derive(Default)]
 struct CaptureClock {
-    next: Option<i64>,
+    /// Frames placed so far.
+    frames: i64,
+    /// The candidate anchors of the window, increasing (a monotonic queue): frame index and
+    /// anchor.
+    anchors: VecDeque<(i64, i64)>,
 }
 
+/// Frames (20 ms) of arrivals the capture clock takes its anchor from: 4 s.
+const CLOCK_WINDOW: i64 = 200;
+
 impl CaptureClock {
-    /// Where the frame arriving now begins on the time line.
+    /// Where the frame arriving now (`now` on the time line) begins.
     fn frame_start(&mut self, now: i64) -> i64 {
-        let expected = now - FRAME as i64;
-        let start = match self.next {
-            // Frames come in bursts from a device's buffer; a drift of more than 100 ms is not
-            // a burst.
-            Some(next) if (next - expected).abs() <= i64::from(SAMPLE_RATE) / 10 => next,
-            _ => expected,
-        };
-        self.next = Some(start + FRAME as i64);
-        start
+        let k = self.frames;
+        self.frames += 1;
+        let anchor = now - (k + 1) * FRAME as i64;
+        while self.anchors.back().is_some_and(|&(_, a)| a >= anchor) {
+            self.anchors.pop_back();
+        }
+        self.anchors.push_back((k, anchor));
+        while self
+            .anchors
+            .front()
+            .is_some_and(|&(i, _)| i + CLOCK_WINDOW <= k)
+        {
+            self.anchors.pop_front();
+        }
+        let earliest = self.anchors.front().map_or(anchor, |&(_, a)| a);
+        earliest + k * FRAME as i64
     }
 }
 
@@ -757,7 +776,7 @@ impl AudioSource for EchoCancelled {
         std::thread::Builder::new()
             .name("jarvis-echo".into())
             .spawn(move || {
-                let mut clock = CaptureClock { next: None };
+                let mut clock = CaptureClock::default();
                 let mut frames = 0_u64;
                 let mut canceller = canceller.lock().unwrap_or_else(|p| p.into_inner());
                 let mut waiting: VecDeque<(i64, Vec<i16>)> = VecDeque::new();
@@ -854,6 +873,44 @@ mod tests {
         let read = reference.read(at, 16_000);
         let rms = (read[1000..15_000].iter().map(|s| s * s).sum::<f32>() / 14_000.0).sqrt();
         assert!((rms - 0.5 / 2f32.sqrt()).abs() < 0.05, "rms {rms}");
+    }
+
+    #[test]
+    fn frames_that_come_in_a_burst_after_a_stall_keep_where_they_were_heard() {
+        let f = FRAME as i64;
+        let mut clock = CaptureClock::default();
+        let mut placed = Vec::new();
+        // Heard from sample 1000 on; each frame arrives as it ends, up to 2 ms late.
+        for k in 0..50 {
+            placed.push(clock.frame_start(1000 + (k + 1) * f + (k % 3) * 16));
+        }
+        // The reading thread gets no core for 300 ms: sixteen frames come at once.
+        for _ in 50..66 {
+            placed.push(clock.frame_start(1000 + 66 * f));
+        }
+        for k in 66..100 {
+            placed.push(clock.frame_start(1000 + (k + 1) * f));
+        }
+        for (k, start) in placed.iter().enumerate() {
+            assert_eq!(*start, 1000 + k as i64 * f, "frame {k}");
+        }
+    }
+
+    #[test]
+    fn after_frames_are_lost_the_capture_clock_follows_the_arrivals_again() {
+        let f = FRAME as i64;
+        let mut clock = CaptureClock::default();
+        for k in 0..50 {
+            clock.frame_start((k + 1) * f);
+        }
+        // The device dropped a second of frames: from frame 50 on, each arrives 50 frames later
+        // than its count says.
+        let mut last = 0;
+        for k in 50..50 + CLOCK_WINDOW + 10 {
+            last = clock.frame_start((k + 51) * f);
+        }
+        let k = 50 + CLOCK_WINDOW + 9;
+        assert_eq!(last, (k + 50) * f);
     }
 
     #[test]
