@@ -1108,6 +1108,19 @@ impl Synthesizer for HeldVoice {
     }
 }
 
+/// A hands-free rig whose voice makes each sentence's sound only when the test lets it.
+async fn held_voice_rig() -> (HeldVoice, Rig) {
+    let voice = HeldVoice::default();
+    let rig = rig_with(
+        ListenMode::HandsFree,
+        |_| {},
+        whisper(),
+        Arc::new(voice.clone()),
+    )
+    .await;
+    (voice, rig)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_meanwhile() {
     let _one = SERIAL.lock().await;
@@ -1116,14 +1129,7 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
     // (Which the loop reads first once it is free, the stop or the later answer, is the runtime's
     // choice: three rounds, so a stop that silenced only the answer being spoken is caught.)
     for round in 0..3 {
-        let voice = HeldVoice::default();
-        let mut rig = rig_with(
-            ListenMode::HandsFree,
-            |_| {},
-            whisper(),
-            Arc::new(voice.clone()),
-        )
-        .await;
+        let (voice, mut rig) = held_voice_rig().await;
         rig.stub.push(Script::text(
             "Paris is the capital of France. It lies on the Seine.",
         ));
@@ -1153,14 +1159,7 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_conversations_first_answer_is_said_even_when_it_ends_before_the_loop_follows_it() {
     let _one = SERIAL.lock().await;
-    let voice = HeldVoice::default();
-    let mut rig = rig_with(
-        ListenMode::HandsFree,
-        |_| {},
-        whisper(),
-        Arc::new(voice.clone()),
-    )
-    .await;
+    let (voice, mut rig) = held_voice_rig().await;
     rig.stub
         .push(Script::text("Paris is the capital of France."));
     rig.stub
