@@ -738,8 +738,8 @@ struct CaptureClock {
 const CLOCK_WINDOW: i64 = 200;
 
 impl CaptureClock {
-    /// Where the frame arriving now (`now` on the time line) begins.
-    fn frame_start(&mut self, now: i64) -> i64 {
+    /// Notes a frame arriving at `now` (on the time line); its number in the opening.
+    fn arrived(&mut self, now: i64) -> i64 {
         let k = self.frames;
         self.frames += 1;
         let anchor = now - (k + 1) * FRAME as i64;
@@ -754,8 +754,21 @@ impl CaptureClock {
         {
             self.anchors.pop_front();
         }
-        let earliest = self.anchors.front().map_or(anchor, |&(_, a)| a);
+        k
+    }
+
+    /// Where frame `k`, arrived, begins by what the arrivals so far allow (a frame is placed
+    /// when it leaves the wait, so a burst is spread by the burst's last frame: each of them
+    /// arrived with it).
+    fn start_of(&self, k: i64) -> i64 {
+        let earliest = self.anchors.front().map_or(0, |&(_, a)| a);
         earliest + k * FRAME as i64
+    }
+
+    #[cfg(test)]
+    fn frame_start(&mut self, now: i64) -> i64 {
+        let k = self.arrived(now);
+        self.start_of(k)
     }
 }
 
@@ -788,13 +801,19 @@ impl AudioSource for EchoCancelled {
                     let now = reference.index_of(Instant::now());
                     let ended = arrived.is_none();
                     if let Some(frame) = arrived {
-                        waiting.push_back((clock.frame_start(now), frame));
+                        waiting.push_back((clock.arrived(now), frame));
+                        // Frames that came with it arrived now too: a device that hands over
+                        // several at once heard the first of them that much earlier.
+                        while let Ok(frame) = inner.frames.try_recv() {
+                            waiting.push_back((clock.arrived(now), frame));
+                        }
                     }
-                    while let Some((start, _)) = waiting.front() {
+                    while let Some(&(k, _)) = waiting.front() {
+                        let start = clock.start_of(k);
                         if !ended && start + FRAME as i64 + CAPTURE_LAG > now {
                             break;
                         }
-                        let Some((start, frame)) = waiting.pop_front() else {
+                        let Some((_, frame)) = waiting.pop_front() else {
                             break;
                         };
                     let played = reference.read(start, frame.len());
@@ -894,6 +913,17 @@ mod tests {
         for (k, start) in placed.iter().enumerate() {
             assert_eq!(*start, 1000 + k as i64 * f, "frame {k}");
         }
+    }
+
+    #[test]
+    fn frames_handed_over_together_as_a_capture_opens_are_spread_over_the_time_before() {
+        let f = FRAME as i64;
+        let mut clock = CaptureClock::default();
+        // The device's first hand-over holds ten frames, arriving at sample 5000.
+        let numbers: Vec<i64> = (0..10).map(|_| clock.arrived(5000)).collect();
+        let starts: Vec<i64> = numbers.iter().map(|&k| clock.start_of(k)).collect();
+        let heard: Vec<i64> = (0..10).map(|k| 5000 - (10 - k) * f).collect();
+        assert_eq!(starts, heard);
     }
 
     #[test]
