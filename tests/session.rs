@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use jarvis::config::{BackendKind, ListenMode, Settings, SpeechModel, Theme};
+use jarvis::config::{BackendKind, ListenMode, Settings, SpeechModel, Theme, TtsEngine};
 use jarvis::session::{Applied, Env, PartsMaker, Session, SessionError, SettingsForm};
 use jarvis::voice::{models, Espeak, Feed, FeedSource, Recorder, VoiceError, VoiceParts};
 use jarvis::ReplyId;
@@ -19,6 +19,8 @@ use support::*;
 #[derive(Clone)]
 struct Build {
     speech_model: SpeechModel,
+    /// The voice and speed it speaks with.
+    voice: (TtsEngine, u32),
     speaker: Recorder,
     microphone: Feed,
 }
@@ -84,6 +86,7 @@ impl Maker {
             let (source, microphone) = FeedSource::new();
             me.builds.lock().unwrap().push(Build {
                 speech_model: config.settings.voice.speech_model,
+                voice: (config.settings.voice.tts, config.settings.voice.tts_speed),
                 speaker: speaker.clone(),
                 microphone,
             });
@@ -166,6 +169,8 @@ fn form_of(settings: &Settings) -> SettingsForm {
         wake_while_hidden: settings.voice.wake_while_hidden,
         speech_model: settings.voice.speech_model,
         wake_threshold: settings.voice.wake_threshold,
+        tts: settings.voice.tts,
+        tts_speed: settings.voice.tts_speed,
         input_device: settings.voice.input_device.clone(),
         rules: settings.profile.rules.clone(),
         theme: settings.desktop.theme,
@@ -218,6 +223,10 @@ async fn a_settings_form_that_cannot_be_saved_is_refused_with_its_reason_and_wri
         (
             "the wake word threshold must be between 0.05 and 0.99",
             Box::new(|f| f.wake_threshold = 1.5),
+        ),
+        (
+            "the speaking speed must be between 80 and 450 words a minute",
+            Box::new(|f| f.tts_speed = 20),
         ),
         (
             "the base URL must start with http:// or https://",
@@ -336,6 +345,44 @@ async fn a_new_speech_model_restarts_the_voice_loop_only_once_the_voice_reply_is
         .await;
     assert!(!rig.voice_replying());
     assert_eq!(rig.maker.builds()[1].speech_model, SpeechModel::Base);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_chosen_in_settings_speaks_from_a_new_voice_loop_and_a_missing_piper_is_said() {
+    let rig = rig().await;
+    rig.session.start_voice().await;
+    assert_eq!(rig.maker.builds()[0].voice, (TtsEngine::Piper, 175));
+    // This data folder has no models: the page says espeak-ng speaks instead.
+    let view = rig.session.view().await;
+    let missing = view
+        .piper_missing
+        .expect("Piper's voice is not installed here");
+    assert!(
+        missing.contains("scripts/models voice") && missing.contains("espeak-ng speaks"),
+        "{missing}"
+    );
+
+    let mut form = rig.form();
+    form.tts = TtsEngine::Espeak;
+    form.tts_speed = 220;
+    let applied = rig.session.apply(form).await.unwrap();
+    assert!(applied.voice && !applied.backend, "{applied:?}");
+    rig.until("the new voice loop", || rig.maker.builds().len() == 2)
+        .await;
+    assert_eq!(rig.maker.builds()[1].voice, (TtsEngine::Espeak, 220));
+    let file = rig.file();
+    assert!(
+        file.contains("tts = \"espeak\"") && file.contains("tts_speed = 220"),
+        "{file}"
+    );
+    let view = rig.session.view().await;
+    assert_eq!((view.tts, view.tts_speed), (TtsEngine::Espeak, 220));
+
+    // With the voice's file in place the page has nothing to say about it.
+    let voice = models::piper_voice_file(&rig.dir.path().join("models"));
+    std::fs::create_dir_all(voice.parent().unwrap()).unwrap();
+    std::fs::write(&voice, b"onnx").unwrap();
+    assert_eq!(rig.session.view().await.piper_missing, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -983,6 +983,64 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
 
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
+async fn jarvis_s_voice_and_its_speed_are_chosen_in_settings_and_a_missing_piper_is_said() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    // A data folder with no models: Piper's voice is not installed.
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.click("#open-settings").await;
+    app.wait_for("the settings", |app| async move {
+        app.visible("#set-tts").await.then_some(())
+    })
+    .await;
+    let shown = app
+        .eval(
+            "return [document.getElementById('set-tts').value,
+                     document.getElementById('set-speed').value,
+                     document.getElementById('set-tts-note').textContent];",
+        )
+        .await;
+    let (engine, speed, note): (String, String, String) = serde_json::from_value(shown).unwrap();
+    assert_eq!((engine.as_str(), speed.as_str()), ("piper", "175"));
+    assert!(
+        note.contains("Piper's voice is not installed") && note.contains("espeak-ng speaks"),
+        "{note}"
+    );
+    app.screenshots("settings-voice").await;
+    app.eval(
+        "document.getElementById('set-tts').value = 'espeak';
+         document.getElementById('set-speed').value = '220'; return true;",
+    )
+    .await;
+    app.click("#settings-save").await;
+    app.wait_for("the settings saved", |app| async move {
+        (!app.visible("#settings").await).then_some(())
+    })
+    .await;
+    let saved = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(
+        saved.contains("tts = \"espeak\"") && saved.contains("tts_speed = 220"),
+        "{saved}"
+    );
+    // Opened again, it shows what was saved.
+    app.click("#open-settings").await;
+    app.wait_for("the saved voice shown", |app| async move {
+        let shown = app
+            .eval(
+                "return [document.getElementById('set-tts').value,
+                         document.getElementById('set-speed').value];",
+            )
+            .await;
+        (shown == serde_json::json!(["espeak", "220"])).then_some(())
+    })
+    .await;
+    app.quit().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
 async fn a_keyring_that_never_answers_holds_neither_the_start_nor_the_window_and_says_why() {
     let _one = one_app_at_a_time().await;
     // A locked keyring whose unlock prompt nobody answers, on the app's own session bus.

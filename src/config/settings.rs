@@ -398,7 +398,7 @@ impl Default for VoiceSettings {
 }
 
 /// Who speaks Jarvis's replies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum TtsEngine {
     /// Piper's neural voice (en_US-joe-medium), on ONNX Runtime.

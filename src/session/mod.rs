@@ -355,7 +355,9 @@ impl Session {
         };
         let voice_changed = old.voice.speech_model != new.voice.speech_model
             || old.voice.wake_threshold != new.voice.wake_threshold
-            || old.voice.input_device != new.voice.input_device;
+            || old.voice.input_device != new.voice.input_device
+            || old.voice.tts != new.voice.tts
+            || old.voice.tts_speed != new.voice.tts_speed;
         self.service
             .reconfigure(backend, ServiceOptions::from_settings(new))
             .await?;

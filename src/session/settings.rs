@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self, BackendKind, Config, ListenMode, SettingValue, SpeechModel, Theme};
+use crate::config::{
+    self, BackendKind, Config, ListenMode, SettingValue, SpeechModel, Theme, TtsEngine,
+};
 
 /// What the Settings page shows.
 #[derive(Debug, Clone, Serialize, ts_rs::TS)]
@@ -37,6 +39,13 @@ pub struct SettingsView {
     pub speech_model: SpeechModel,
     /// The wake word's score threshold.
     pub wake_threshold: f32,
+    /// The voice Jarvis speaks with.
+    pub tts: TtsEngine,
+    /// How fast it speaks, in words a minute.
+    pub tts_speed: u32,
+    /// Why Piper's voice cannot speak (its file is not installed), when it cannot: espeak-ng
+    /// speaks instead.
+    pub piper_missing: Option<String>,
     /// The microphone by name (empty: the system's default).
     pub input_device: String,
     /// The user's rules file (empty: the built-in rules).
@@ -89,6 +98,17 @@ impl SettingsView {
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
             wake_threshold: s.voice.wake_threshold,
+            tts: s.voice.tts,
+            tts_speed: s.voice.tts_speed,
+            piper_missing: {
+                let file = crate::voice::models::piper_voice_file(&config.model_dir());
+                (!file.is_file()).then(|| {
+                    format!(
+                        "Piper's voice is not installed ({}; scripts/models voice installs it): espeak-ng speaks instead",
+                        file.display()
+                    )
+                })
+            },
             input_device: s.voice.input_device.clone(),
             rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
@@ -134,6 +154,10 @@ pub struct SettingsForm {
     pub speech_model: SpeechModel,
     /// The wake word's score threshold (0.05–0.99).
     pub wake_threshold: f32,
+    /// The voice Jarvis speaks with.
+    pub tts: TtsEngine,
+    /// How fast it speaks, in words a minute (80–450).
+    pub tts_speed: u32,
     /// The microphone by name (empty: the system's default).
     pub input_device: String,
     /// The user's rules file (empty: the built-in rules).
@@ -141,6 +165,10 @@ pub struct SettingsForm {
     /// Light, dark or as the system is.
     pub theme: Theme,
 }
+
+/// The speaking speeds the form takes, in words a minute (what both voices can say).
+const SPEED_MIN: u32 = 80;
+const SPEED_MAX: u32 = 450;
 
 /// One change to the settings file: the keys' path and the value (`None` removes it).
 pub(crate) type Change = (Vec<&'static str>, Option<SettingValue>);
@@ -165,6 +193,11 @@ impl SettingsForm {
         if !(0.05..=0.99).contains(&self.wake_threshold) {
             return Err("the wake word threshold must be between 0.05 and 0.99".into());
         }
+        if !(SPEED_MIN..=SPEED_MAX).contains(&self.tts_speed) {
+            return Err(format!(
+                "the speaking speed must be between {SPEED_MIN} and {SPEED_MAX} words a minute"
+            ));
+        }
         // A rules file that cannot be read is refused here, with the reason.
         crate::prompt::rules_from(&self.rules)?;
         let section = self.backend.as_str();
@@ -177,6 +210,10 @@ impl SettingsForm {
         let speech_model = match self.speech_model {
             SpeechModel::TinyEn => "tiny_en",
             SpeechModel::Base => "base",
+        };
+        let tts = match self.tts {
+            TtsEngine::Piper => "piper",
+            TtsEngine::Espeak => "espeak",
         };
         let mut changes: Vec<Change> = vec![
             (vec!["backend"], text(section)),
@@ -195,6 +232,11 @@ impl SettingsForm {
             (
                 vec!["voice", "wake_threshold"],
                 Some(SettingValue::Float(f64::from(self.wake_threshold))),
+            ),
+            (vec!["voice", "tts"], text(tts)),
+            (
+                vec!["voice", "tts_speed"],
+                Some(SettingValue::Int(i64::from(self.tts_speed))),
             ),
             (vec!["voice", "input_device"], text(&self.input_device)),
             (vec!["profile", "rules"], text(&self.rules)),

@@ -1,12 +1,12 @@
 // The Settings dialog: backend, model, base URL, API key (write-only: stored in the OS keyring and
-// never shown back), push-to-talk shortcut, saving voice conversations, the speech model, the
-// microphone, the wake word threshold, theme.
+// never shown back), push-to-talk shortcut, saving voice conversations, the speech model, Jarvis's
+// voice and its speed, the microphone, the wake word threshold, theme.
 
 import { api, message } from "./api";
 import { byId } from "./dom";
 import { microphoneOptions } from "./microphones";
 import { applyTheme } from "./theme";
-import type { BackendKind, MicrophoneList, SettingsView, SpeechModel, Theme } from "./types";
+import type { BackendKind, MicrophoneList, SettingsView, SpeechModel, Theme, TtsEngine } from "./types";
 
 let current: SettingsView | null = null;
 
@@ -75,6 +75,9 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-wake-hidden").checked = current.wake_while_hidden;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
+  byId<HTMLSelectElement>("set-tts").value = current.tts;
+  byId<HTMLInputElement>("set-speed").value = String(current.tts_speed);
+  byId("set-tts-note").textContent = current.piper_missing ?? "";
   byId<HTMLSelectElement>("set-mic").replaceChildren();
   showMicrophones(current.input_device, null);
   void listMicrophones(current.input_device);
@@ -105,6 +108,8 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         wake_while_hidden: byId<HTMLInputElement>("set-wake-hidden").checked,
         speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
+        tts: byId<HTMLSelectElement>("set-tts").value as TtsEngine,
+        tts_speed: Number(byId<HTMLInputElement>("set-speed").value),
         input_device: byId<HTMLSelectElement>("set-mic").value,
         rules: byId<HTMLInputElement>("set-rules").value.trim(),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,

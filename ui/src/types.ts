@@ -227,6 +227,9 @@ export type Theme = "system" | "light" | "dark";
 /** The speech-to-text model. */
 export type SpeechModel = "tiny_en" | "base";
 
+/** Who speaks Jarvis's replies. */
+export type TtsEngine = "piper" | "espeak";
+
 /** Why Jarvis cannot open its chats, as the chat window shows it. */
 export type StartupProblem = {
   /** What is wrong, in a sentence. */
@@ -292,6 +295,15 @@ export type SettingsView = {
   speech_model: SpeechModel,
   /** The wake word's score threshold. */
   wake_threshold: number,
+  /** The voice Jarvis speaks with. */
+  tts: TtsEngine,
+  /** How fast it speaks, in words a minute. */
+  tts_speed: number,
+  /**
+   * Why Piper's voice cannot speak (its file is not installed), when it cannot: espeak-ng
+   * speaks instead.
+   */
+  piper_missing: string | null,
   /** The microphone by name (empty: the system's default). */
   input_device: string,
   /** The user's rules file (empty: the built-in rules). */
@@ -322,6 +334,10 @@ export type SettingsForm = {
   speech_model: SpeechModel,
   /** The wake word's score threshold (0.05–0.99). */
   wake_threshold: number,
+  /** The voice Jarvis speaks with. */
+  tts: TtsEngine,
+  /** How fast it speaks, in words a minute (80–450). */
+  tts_speed: number,
   /** The microphone by name (empty: the system's default). */
   input_device: string,
   /** The user's rules file (empty: the built-in rules). */
