@@ -287,19 +287,23 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
             feed.until_quiet().await;
         }
         let hangover = way.pause_ms;
+        println!("each round (ms): {:?}", totals.iter().map(|t| t.round() as i64).collect::<Vec<_>>());
         println!("rounds: {}; total median {:.0} ms (min {:.0}, max {:.0})", totals.len(), median(totals.clone()),
             totals.iter().cloned().fold(f64::MAX, f64::min), totals.iter().cloned().fold(0.0, f64::max));
-        let stt = median(stt_times);
-        // The words are transcribed from 100 ms into the quiet, while the pause is waited for.
-        let after_pause = (100.0 + stt - hangover).max(0.0);
-        println!("parts: the pause {hangover:.0} ms (then the turn is judged), transcription median {stt:.0} ms (begun 100 ms into the quiet: ~{after_pause:.0} ms of it after the pause), first sentence synthesis median {:.0} ms; the rest (VAD, the end-of-turn model where it judges, service, stub over loopback, queueing) ~{:.0} ms",
-            median(tts_times.clone()),
-            median(totals) - hangover - after_pause - median(tts_times));
+        println!("parts: the pause {hangover:.0} ms (then the turn is judged), transcription median {:.0} ms, first sentence synthesis median {:.0} ms; the rest (VAD, the end-of-turn model where it judges, service, stub over loopback, queueing) ~{:.0} ms",
+            median(stt_times.clone()), median(tts_times.clone()),
+            median(totals) - hangover - median(stt_times) - median(tts_times));
         drop(voice);
     });
 }
 
 fn main() {
+    if let Ok(filter) = std::env::var("JARVIS_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let models = model_dir();
     let whisper = Arc::new(
         models::load_whisper(&models, SpeechModel::TinyEn, 2).unwrap_or_else(|e| panic!("{e}")),
