@@ -5,7 +5,9 @@
 //! Figures: the time from spawning the process to (a) its first page having loaded — the measure
 //! both apps share — and (b) for Jarvis, the chat window listing the chats (usable); and the
 //! memory of the app's process and every process it started (WebKit's web and network
-//! processes): RSS summed, and PSS summed (shared pages counted once), 3 s after ready.
+//! processes): RSS summed, and PSS summed (shared pages counted once), 3 s after ready. With
+//! `JARVIS_BENCH_VOICE=1`, also the memory of the app idle with its voice loop listening for the
+//! wake word, every voice model loaded (needs `scripts/models voice`, PulseAudio and xdotool).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -70,6 +72,88 @@ fn main() {
         j_rss / h_rss,
         j_pss / h_pss
     );
+    if std::env::var_os("JARVIS_BENCH_VOICE").is_some() {
+        let listening: Vec<(f64, f64)> = (0..3).map(|_| listening(&app)).collect();
+        let rss = median(listening.iter().map(|m| m.0).collect());
+        let pss = median(listening.iter().map(|m| m.1).collect());
+        println!(
+            "| jarvis-desktop listening for the wake word, every voice model loaded (median of 3) | | | {rss:.0} MiB | {pss:.0} MiB |"
+        );
+    }
+}
+
+/// RSS and PSS (MiB) of the app idle with its voice loop listening for the wake word on a
+/// private PulseAudio server's microphone: whisper, the speech detector, the end-of-turn model,
+/// the wake word's three models and Piper's voice loaded (the installed models), 5 s after the
+/// microphone opened.
+fn listening(binary: &Path) -> (f64, f64) {
+    let pulse = jarvis::voice::pulse::Pulse::start().expect("a PulseAudio server");
+    let data = tempfile::tempdir().expect("temp dir");
+    let models = jarvis::config::Config::installed_model_dir(&|k| std::env::var(k).ok())
+        .expect("a home directory");
+    assert!(
+        models.join("ggml-tiny.en.bin").is_file(),
+        "the voice models (scripts/models voice)"
+    );
+    std::fs::create_dir_all(data.path().join("data")).unwrap();
+    std::os::unix::fs::symlink(&models, data.path().join("data/models")).unwrap();
+    std::fs::write(
+        data.path().join("settings.toml"),
+        "[voice]\nmode = \"wake\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(binary)
+        .env("HOME", data.path())
+        .env("XDG_CONFIG_HOME", data.path().join("config"))
+        .env("JARVIS_DATA_DIR", data.path().join("data"))
+        .env("JARVIS_CONFIG", data.path().join("settings.toml"))
+        .env("JARVIS_KEYRING", "off")
+        .env("JARVIS_BACKEND", "openai")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("NO_AT_BRIDGE", "1")
+        .env("PULSE_SERVER", pulse.server())
+        .env(
+            "JARVIS_LOG",
+            "warn,jarvis_desktop::launch=debug,jarvis::voice::pipeline=debug",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the app");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("the app did not log {what:?}"));
+            if line.contains(what) {
+                return;
+            }
+        }
+    };
+    wait_for("shortcut registered");
+    // The push-to-talk shortcut switches the microphone on in wake mode.
+    for step in ["keydown", "keyup"] {
+        let status = Command::new("xdotool")
+            .args([step, "ctrl+alt+space"])
+            .status()
+            .expect("xdotool");
+        assert!(status.success(), "xdotool {step}");
+    }
+    wait_for("listening, its models loaded");
+    std::thread::sleep(Duration::from_secs(5));
+    let (rss_kib, pss_kib) = memory_of_tree(child.id());
+    stop(&mut child);
+    (rss_kib as f64 / 1024.0, pss_kib as f64 / 1024.0)
 }
 
 fn launch(binary: &Path, loaded: &str, ready: Option<&str>) -> Launch {

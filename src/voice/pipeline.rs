@@ -332,6 +332,7 @@ fn listen(
     };
     let mut listener =
         Listener::new(mode, transcriber, detector, threshold, shared).with_turn(turn);
+    tracing::debug!(?mode, "listening, its models loaded");
     let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
         Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
         Err(err) => {
