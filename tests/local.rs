@@ -70,14 +70,14 @@ async fn the_local_model_streams_in_several_deltas_and_a_second_chat_waits() {
     let service = local_service(&dir, local_settings(&local_model()));
     let (_, a, mut att_a) = ask_new(&service, "Write two sentences about the sea.").await;
     let (_, b, mut att_b) = ask_new(&service, "Name a colour.").await;
-    let a_events = until_end(&mut att_a, a).await;
+    let a_events = until_end_within(MODEL_LIMIT, &mut att_a, a).await;
     let deltas = a_events
         .iter()
         .filter(|e| matches!(e, Event::Delta { .. }))
         .count();
     assert!(deltas >= 3, "streamed in several deltas: {a_events:?}");
     assert_eq!(ending(&a_events).0, ReplyState::Done);
-    let b_events = until_end(&mut att_b, b).await;
+    let b_events = until_end_within(MODEL_LIMIT, &mut att_b, b).await;
     assert!(
         b_events.iter().any(|e| matches!(e, Event::Waiting { .. })),
         "{b_events:?}"
@@ -105,7 +105,7 @@ async fn stop_ends_local_generation_promptly_and_keeps_the_text() {
         }
     }
     service.stop(chat).await.unwrap();
-    let events = until_end(&mut attachment, reply).await;
+    let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
     assert_eq!(ending(&events).0, ReplyState::Stopped);
     let stored = service.store().reply(reply).unwrap().unwrap();
     assert!(stored.text.starts_with(&written), "kept: {:?}", stored.text);
@@ -140,7 +140,7 @@ async fn a_prompt_longer_than_the_context_window_is_answered() {
         .collect();
     let question = format!("{long}\nWhat colour is the sky?");
     let (_, reply, mut attachment) = ask_new(&service, &question).await;
-    let events = until_end(&mut attachment, reply).await;
+    let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
     assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
     assert!(!text_of(&events).trim().is_empty());
 }
@@ -164,7 +164,7 @@ async fn a_conversation_that_outgrows_the_context_loses_its_oldest_turns_not_its
             .ask(chat, format!("{notes}\nIn one word, is the tide high?"))
             .await
             .unwrap();
-        let events = until_end(&mut attachment, reply).await;
+        let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
         assert_eq!(
             ending(&events),
             (ReplyState::Done, None),
@@ -199,7 +199,7 @@ async fn a_missing_truncated_or_foreign_model_file_is_a_clear_error_and_jarvis_s
         for _ in 0..2 {
             // Each question fails with the reason; the service answers the next one all the same.
             let (_, reply, mut attachment) = ask_new(&service, "Hello?").await;
-            let events = until_end(&mut attachment, reply).await;
+            let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
             let (state, reason) = ending(&events);
             assert_eq!(state, ReplyState::Failed);
             let reason = reason.unwrap();
@@ -232,7 +232,7 @@ async fn a_local_model_offered_tools_calls_remember_fact_and_the_fact_is_stored(
     let service = local_service(&dir, settings);
     let (_, reply, mut attachment) =
         ask_new(&service, "Remember that my dog is called Bruno.").await;
-    let events = until_end(&mut attachment, reply).await;
+    let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
     assert!(
         events
             .iter()
@@ -259,7 +259,7 @@ async fn by_default_a_model_under_a_billion_parameters_is_not_offered_tools() {
     let service = local_service(&dir, qwen_settings());
     let (_, reply, mut attachment) =
         ask_new(&service, "Remember that my dog is called Bruno.").await;
-    let events = until_end(&mut attachment, reply).await;
+    let events = until_end_within(MODEL_LIMIT, &mut attachment, reply).await;
     assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
     assert!(
         !events.iter().any(|e| matches!(e, Event::Action { .. })),

@@ -15,6 +15,11 @@ use jarvis_stub::Stub;
 /// No test may wait longer than this for a reply to end.
 pub const LIMIT: Duration = Duration::from_secs(20);
 
+/// The bound on a wait for a reply of the real local model: a prompt of several hundred tokens,
+/// a tool call and a second turn took over 20 s on two cores while other test binaries ran, so
+/// this only bounds a hang.
+pub const MODEL_LIMIT: Duration = Duration::from_secs(120);
+
 /// The bound on a wait for speech-to-text: a machine with both cores busy slows whisper several
 /// fold, so this only bounds a hang.
 pub const SPEECH_LIMIT: Duration = Duration::from_secs(60);
@@ -101,6 +106,15 @@ pub fn service(dir: &Dir, settings: Settings) -> Service {
 
 /// Reads `reply`'s events until it ends; panics if that takes longer than [`LIMIT`].
 pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event> {
+    until_end_within(LIMIT, attachment, reply).await
+}
+
+/// Reads `reply`'s events until it ends; panics if that takes longer than `limit`.
+pub async fn until_end_within(
+    limit: Duration,
+    attachment: &mut Attachment,
+    reply: ReplyId,
+) -> Vec<Event> {
     let mut events = Vec::new();
     let read = async {
         while let Some(event) = attachment.next_of(reply).await {
@@ -111,9 +125,9 @@ pub async fn until_end(attachment: &mut Attachment, reply: ReplyId) -> Vec<Event
             }
         }
     };
-    tokio::time::timeout(LIMIT, read)
+    tokio::time::timeout(limit, read)
         .await
-        .unwrap_or_else(|_| panic!("reply {reply} did not end within {LIMIT:?}"));
+        .unwrap_or_else(|_| panic!("reply {reply} did not end within {limit:?}"));
     events
 }
 
