@@ -102,37 +102,16 @@ fn listening(binary: &Path) -> (f64, f64) {
         "[voice]\nmode = \"wake\"\n",
     )
     .unwrap();
-    let mut child = Command::new(binary)
-        .env("HOME", data.path())
-        .env("XDG_CONFIG_HOME", data.path().join("config"))
-        .env("JARVIS_DATA_DIR", data.path().join("data"))
-        .env("JARVIS_CONFIG", data.path().join("settings.toml"))
-        .env("JARVIS_KEYRING", "off")
-        .env("JARVIS_BACKEND", "openai")
-        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("NO_AT_BRIDGE", "1")
-        .env("PULSE_SERVER", pulse.server())
-        .env(
-            "JARVIS_LOG",
-            "warn,jarvis_desktop::launch=debug,jarvis::voice::pipeline=debug",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the app");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = start(
+        binary,
+        data.path(),
+        &[("PULSE_SERVER", pulse.server())],
+        "warn,jarvis_desktop::launch=debug,jarvis::voice::pipeline=debug",
+    );
     let wait_for = |what: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let line = rx
+            let (line, _) = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .unwrap_or_else(|_| panic!("the app did not log {what:?}"));
             if line.contains(what) {
@@ -156,26 +135,32 @@ fn listening(binary: &Path) -> (f64, f64) {
     (rss_kib as f64 / 1024.0, pss_kib as f64 / 1024.0)
 }
 
-fn launch(binary: &Path, loaded: &str, ready: Option<&str>) -> Launch {
-    let data = tempfile::tempdir().expect("temp dir");
-    let started = Instant::now();
+/// Starts the app on the data folder `data` (its settings file, its data, its home), with a
+/// remote backend that has no key — nothing is loaded or started for the model — `extra`
+/// environment and the log filter `log`: the app, and its log lines as they come, each with when.
+fn start(
+    binary: &Path,
+    data: &Path,
+    extra: &[(&str, String)],
+    log: &str,
+) -> (Child, std::sync::mpsc::Receiver<(String, Instant)>) {
     let mut child = Command::new(binary)
-        .env("HOME", data.path())
-        .env("XDG_CONFIG_HOME", data.path().join("config"))
-        .env("JARVIS_DATA_DIR", data.path().join("data"))
-        .env("JARVIS_CONFIG", data.path().join("settings.toml"))
+        .env("HOME", data)
+        .env("XDG_CONFIG_HOME", data.join("config"))
+        .env("JARVIS_DATA_DIR", data.join("data"))
+        .env("JARVIS_CONFIG", data.join("settings.toml"))
         .env("JARVIS_KEYRING", "off")
-        // A remote backend with no key: nothing is loaded or started for the model.
         .env("JARVIS_BACKEND", "openai")
         .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
         .env("NO_AT_BRIDGE", "1")
-        .env("JARVIS_LOG", "warn,jarvis_desktop::launch=info")
+        .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("JARVIS_LOG", log)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the app");
     let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel::<(String, Instant)>();
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if tx.send((line, Instant::now())).is_err() {
@@ -183,6 +168,13 @@ fn launch(binary: &Path, loaded: &str, ready: Option<&str>) -> Launch {
             }
         }
     });
+    (child, rx)
+}
+
+fn launch(binary: &Path, loaded: &str, ready: Option<&str>) -> Launch {
+    let data = tempfile::tempdir().expect("temp dir");
+    let started = Instant::now();
+    let (mut child, rx) = start(binary, data.path(), &[], "warn,jarvis_desktop::launch=info");
     let mut loaded_ms = None;
     let mut ready_ms = None;
     let deadline = Instant::now() + Duration::from_secs(30);
