@@ -816,18 +816,18 @@ impl AudioSource for EchoCancelled {
                         let Some((_, frame)) = waiting.pop_front() else {
                             break;
                         };
-                    let played = reference.read(start, frame.len());
-                    let Cancelled { frame: cleaned, residue } = canceller.cancel(&frame, &played);
-                    frames += 1;
-                    if frames % 500 == 0 {
-                        let stats = canceller.stats();
-                        tracing::debug!(erle_db = ?stats.erle_db, delay_ms = ?stats.delay_ms, "echo canceller");
-                    }
-                    // (The judgement goes first: the listener reads it after its frame.)
-                    if residue_tx.send(residue).is_err() || tx.blocking_send(cleaned).is_err() {
-                        break 'capture;
-                    }
-                    }
+                        let played = reference.read(start, frame.len());
+                        let Cancelled { frame: cleaned, residue } = canceller.cancel(&frame, &played);
+                        frames += 1;
+                        if frames % 500 == 0 {
+                            let stats = canceller.stats();
+                            tracing::debug!(erle_db = ?stats.erle_db, delay_ms = ?stats.delay_ms, "echo canceller");
+                        }
+                        // (The judgement goes first: the listener reads it after its frame.)
+                        if residue_tx.send(residue).is_err() || tx.blocking_send(cleaned).is_err() {
+                            break 'capture;
+                        }
+                        }
                     if ended {
                         break;
                     }
