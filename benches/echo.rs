@@ -68,20 +68,20 @@ fn listen(
     let (mut ducks, mut heard) = (0, Vec::new());
     let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
     for (k, frame) in audio::frames_of(&mic16).into_iter().enumerate() {
-        let (frame, residue) = match echo.as_mut() {
+        let (frame, judged) = match echo.as_mut() {
             Some(echo) => {
                 let (cleaned, speaking) = echo.next(&frame);
                 shared.set_speaking(speaking);
-                (cleaned.frame, cleaned.residue)
+                (cleaned.frame, Some(cleaned.judged))
             }
             None => {
                 let to = (k + 1).min(playing.len());
                 let recent = playing[k.saturating_sub(25).min(to)..to].iter().any(|p| *p);
                 shared.set_speaking(recent);
-                (frame, false)
+                (frame, None)
             }
         };
-        for event in listener.push_judged(&frame, residue).unwrap() {
+        for event in listener.push_judged(&frame, judged.as_ref()).unwrap() {
             match event {
                 ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks += 1,
                 ListenEvent::Heard(r)
@@ -192,7 +192,18 @@ fn main() {
         let mut mic = room.hear(&played);
         mix_into(&mut mic, &s, at);
         let (_, h) = listen(&whisper, &mic, &played, true, 1500);
-        stops_right += usize::from(h.iter().any(|r| r.heard == Heard::Stop));
+        let stopped = h.iter().any(|r| r.heard == Heard::Stop);
+        stops_right += usize::from(stopped);
+        if !stopped {
+            let heard: Vec<_> = h
+                .iter()
+                .map(|r| format!("{:?} {:?}", r.heard, r.text))
+                .collect();
+            println!(
+                "  {word:?} (voice {i}, room {}): heard {heard:?}",
+                i % rooms.len()
+            );
+        }
     }
     println!(
         "questions with their words: {questions_right}/10; stops heard as stop: {stops_right}/10"

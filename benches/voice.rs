@@ -121,7 +121,7 @@ fn wake_cpu() {
     for frame in minute.chunks(320) {
         let cleaned = canceller.cancel(frame, &nothing);
         heard += listener
-            .push_judged(&cleaned.frame, cleaned.residue)
+            .push_judged(&cleaned.frame, Some(&cleaned.judged))
             .unwrap()
             .len();
     }

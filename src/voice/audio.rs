@@ -175,9 +175,20 @@ pub struct Capture {
     /// The device is the sound server's echo-cancelled source (its `echo-cancel` module): Jarvis
     /// does not cancel a second time.
     pub cancels_echo: bool,
-    /// Behind an echo canceller: for each frame, in order, whether it was only Jarvis's own
-    /// echo's residue (see the echo canceller).
-    pub residue: Option<std::sync::mpsc::Receiver<bool>>,
+    /// Behind an echo canceller: for each frame, in order, what the canceller told of it.
+    pub judged: Option<std::sync::mpsc::Receiver<EchoJudged>>,
+}
+
+/// What the echo canceller tells of a frame it hands over, beside the frame itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EchoJudged {
+    /// Most of what was heard was Jarvis's own echo: what is left is its residue, and does not
+    /// count as someone speaking.
+    pub residue: bool,
+    /// The frame with only the echo AEC3's linear filter modelled taken out (its residual-echo
+    /// suppressor not applied): a person speaking over the voice is whole here, where the
+    /// suppressor holds their first syllables back, with some 10 dB of the voice's residue.
+    pub linear: Vec<i16>,
 }
 
 impl Capture {
@@ -193,7 +204,7 @@ impl Capture {
             close,
             lost,
             cancels_echo: false,
-            residue: None,
+            judged: None,
         }
     }
 

@@ -3,30 +3,34 @@
 //!
 //! The far end is exactly what was handed to the output device, volume applied (a sink hands it
 //! to a [`PlaybackTap`]); a [`Reference`] keeps it on a 16 kHz time line, and a [`Canceller`]
-//! (WebRTC's AEC3 in pure Rust, through `sonora`) takes it out of each captured frame. In the
+//! (WebRTC's AEC3 in pure Rust, `sonora-aec3`) takes it out of each captured frame. In the
 //! voice loop the canceller runs on a thread of its own right behind the microphone
 //! ([`EchoCancelled`]), so a transcription that holds the listener never shifts the capture
 //! against the reference; `jarvis listen --playback` feeds the two files to the same canceller
 //! frame by frame.
 //!
-//! Around AEC3: a frame it took most out of while the voice rings is *residue* and never opens
-//! an utterance (what it leaves while it converges is loud enough to sound like speech); and
-//! where the microphone's loudness does not follow the voice at all (headphones) the microphone
-//! is listened to as it is, since AEC3 would hold back the user's words while it learns that no
-//! echo comes back.
+//! Around AEC3: each frame goes on with both of its outputs — the suppressed one is judged
+//! (onsets, voiced frames), the linear filter's is what an utterance keeps, since the suppressor
+//! holds back the first syllables of a person speaking over the voice. A frame it took most out
+//! of while the voice rings is *residue* and never opens an utterance (what it leaves while it
+//! converges is loud enough to sound like speech); and where the microphone's loudness does not
+//! follow the voice at all (headphones) the microphone is listened to as it is, since AEC3 would
+//! hold back the user's words while it learns that no echo comes back.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rubato::{FftFixedIn, Resampler};
-use sonora::config::EchoCanceller;
-use sonora::{AudioProcessing, Config, StreamConfig};
+use sonora::high_pass_filter::HighPassFilter;
+use sonora_aec3::block::Block;
+use sonora_aec3::block_processor::BlockProcessor;
+use sonora_aec3::config::EchoCanceller3Config;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use super::audio::PlaybackTap;
 use super::audio::{AudioSource, Capture, DeviceLost};
+pub use super::audio::{EchoJudged, PlaybackTap};
 use super::listen::{ListenEvent, Listener, Shared};
 use super::{VoiceError, FRAME, SAMPLE_RATE};
 
@@ -277,9 +281,21 @@ const SETTLING_RESIDUE: f64 = 0.5;
 pub struct Cancelled {
     /// The frame.
     pub frame: Vec<i16>,
-    /// Most of what was heard was Jarvis's own echo: what is left is its residue, and does not
-    /// count as someone speaking.
-    pub residue: bool,
+    /// What the canceller tells of it besides.
+    pub judged: EchoJudged,
+}
+
+impl Cancelled {
+    /// A frame that goes through as it was heard.
+    fn as_heard(capture: &[i16]) -> Cancelled {
+        Cancelled {
+            frame: capture.to_vec(),
+            judged: EchoJudged {
+                residue: false,
+                linear: capture.to_vec(),
+            },
+        }
+    }
 }
 
 /// Whether Jarvis's voice comes back into the microphone at all.
@@ -471,64 +487,117 @@ fn correlation(a: &[f32], b: &[f32]) -> f32 {
     ab / (aa.sqrt() * bb.sqrt())
 }
 
+/// AEC3's block: 4 ms at the listening rate.
+const AEC_BLOCK: usize = 64;
+
+/// WebRTC's AEC3 on 16 kHz mono, driven block by block as `sonora`'s audio processing drives it
+/// (the capture high-pass filtered first, samples on the 16-bit scale, its default
+/// configuration), for what `sonora` does not hand out: the linear filter's output beside the
+/// suppressed one.
+struct Aec3 {
+    processor: BlockProcessor,
+    high_pass: HighPassFilter,
+    delay_hint_ms: i32,
+    render: Block,
+    capture: Block,
+    linear: Block,
+}
+
+impl Aec3 {
+    fn new(delay_hint_ms: i32) -> Aec3 {
+        Aec3 {
+            processor: BlockProcessor::new(
+                &EchoCanceller3Config::default(),
+                SAMPLE_RATE as usize,
+                1,
+                1,
+            ),
+            high_pass: HighPassFilter::new(SAMPLE_RATE as i32, 1),
+            delay_hint_ms,
+            render: Block::new(1, 1),
+            capture: Block::new(1, 1),
+            linear: Block::new(1, 1),
+        }
+    }
+
+    /// `capture` with the echo of `played` (the same span, silence past its end) taken out: by
+    /// the whole canceller, and by its linear filter alone.
+    fn process(&mut self, capture: &[i16], played: &[f32]) -> (Vec<i16>, Vec<i16>) {
+        let mut mic = vec![Vec::with_capacity(
+            capture.len().next_multiple_of(AEC_BLOCK),
+        )];
+        mic[0].extend(capture.iter().map(|s| f32::from(*s)));
+        mic[0].resize(capture.len().next_multiple_of(AEC_BLOCK), 0.0);
+        self.high_pass.process_channels(&mut mic);
+        let mut out = Vec::with_capacity(mic[0].len());
+        let mut linear = Vec::with_capacity(mic[0].len());
+        for (i, block) in mic[0].chunks(AEC_BLOCK).enumerate() {
+            let far = self.render.view_mut(0, 0);
+            far.fill(0.0);
+            if let Some(p) = played.get(i * AEC_BLOCK..) {
+                for (f, p) in far.iter_mut().zip(p) {
+                    *f = p * 32768.0;
+                }
+            }
+            self.processor.buffer_render(&self.render);
+            self.capture.view_mut(0, 0).copy_from_slice(block);
+            let saturated = block.iter().any(|s| s.abs() >= 32700.0);
+            self.processor.set_audio_buffer_delay(self.delay_hint_ms);
+            // (Until the first reference arrives the block is left as it is, and so is the
+            // linear output: it starts as the capture.)
+            self.linear.view_mut(0, 0).copy_from_slice(block);
+            self.processor.process_capture(
+                false,
+                saturated,
+                Some(&mut self.linear),
+                &mut self.capture,
+            );
+            let to_i16 = |s: &f32| s.round().clamp(-32768.0, 32767.0) as i16;
+            out.extend(self.capture.view(0, 0).iter().map(to_i16));
+            linear.extend(self.linear.view(0, 0).iter().map(to_i16));
+        }
+        out.truncate(capture.len());
+        linear.truncate(capture.len());
+        (out, linear)
+    }
+}
+
 /// WebRTC's AEC3 with its residual-echo suppressor, on 16 kHz mono, fed 20 ms frames.
 pub struct Canceller {
-    apm: AudioProcessing,
+    aec: Aec3,
     judge: PathJudge,
     /// Frames of voice still to hear before it has converged.
     settling: u32,
     /// Frames for which the echo may still ring.
     ringing: u32,
-    delay_hint_ms: i32,
-    render_out: Vec<f32>,
-    capture_out: Vec<f32>,
+    /// Whether any voice was played to it yet (before, it has nothing to tell).
+    heard_voice: bool,
 }
 
 impl Canceller {
     /// A canceller told to expect the echo about `delay_hint_ms` after it was played (its own
     /// delay estimator finds the true delay; the hint is where it starts).
     pub fn new(delay_hint_ms: u32) -> Canceller {
-        let stream = StreamConfig::new(SAMPLE_RATE, 1);
-        let apm = AudioProcessing::builder()
-            .config(Config {
-                echo_canceller: Some(EchoCanceller::default()),
-                ..Default::default()
-            })
-            .capture_config(stream)
-            .render_config(stream)
-            .build();
         Canceller {
-            apm,
-            delay_hint_ms: delay_hint_ms.min(500) as i32,
+            aec: Aec3::new(delay_hint_ms.min(500) as i32),
             judge: PathJudge::new(),
             settling: SETTLING_FRAMES,
             ringing: 0,
-            render_out: vec![0.0; BLOCK],
-            capture_out: vec![0.0; BLOCK],
+            heard_voice: false,
         }
     }
 
     /// One 20 ms frame heard, with what was played over the same 20 ms (16 kHz; silence when
     /// nothing was): the frame without Jarvis's voice.
     pub fn cancel(&mut self, capture: &[i16], played: &[f32]) -> Cancelled {
-        let out = self.cancel_linear(capture, played);
+        let (out, linear) = self.cancel_linear(capture, played);
         match self.judge.push(capture, played) {
             // (The canceller runs on, ready for the day the speaker is heard again.)
-            EchoPath::Absent => {
-                return Cancelled {
-                    frame: capture.to_vec(),
-                    residue: false,
-                }
-            }
+            EchoPath::Absent => return Cancelled::as_heard(capture),
             // Until it is known whether the voice comes back (a few hundred ms into the first
             // answer it ever speaks), what is heard is listened to as it is, as before there was
             // a canceller: AEC3 would hold back the words of a person with headphones.
-            EchoPath::Unknown => {
-                return Cancelled {
-                    frame: capture.to_vec(),
-                    residue: false,
-                };
-            }
+            EchoPath::Unknown => return Cancelled::as_heard(capture),
             EchoPath::Present => {}
         }
         if super::audio::loudness(played) > 0.0 {
@@ -552,47 +621,23 @@ impl Canceller {
         }
         Cancelled {
             frame: out,
-            residue,
+            judged: EchoJudged { residue, linear },
         }
     }
 
-    fn cancel_linear(&mut self, capture: &[i16], played: &[f32]) -> Vec<i16> {
-        let mut out = Vec::with_capacity(FRAME);
-        for (i, chunk) in capture.chunks(BLOCK).enumerate() {
-            let mut mic: Vec<f32> = chunk.iter().map(|s| f32::from(*s) / 32768.0).collect();
-            mic.resize(BLOCK, 0.0);
-            let mut far = [0.0_f32; BLOCK];
-            if let Some(p) = played.get(i * BLOCK..) {
-                let n = p.len().min(BLOCK);
-                far[..n].copy_from_slice(&p[..n]);
-            }
-            // (Errors here are only for malformed frames, which these never are.)
-            let _ = self
-                .apm
-                .process_render_f32(&[&far], &mut [&mut self.render_out]);
-            let _ = self.apm.set_stream_delay_ms(self.delay_hint_ms);
-            if self
-                .apm
-                .process_capture_f32(&[&mic], &mut [&mut self.capture_out])
-                .is_err()
-            {
-                self.capture_out.copy_from_slice(&mic);
-            }
-            out.extend(
-                self.capture_out[..chunk.len()]
-                    .iter()
-                    .map(|s| super::audio::to_i16(*s)),
-            );
-        }
-        out
+    fn cancel_linear(&mut self, capture: &[i16], played: &[f32]) -> (Vec<i16>, Vec<i16>) {
+        self.heard_voice |= played.iter().any(|s| *s != 0.0);
+        self.aec.process(capture, played)
     }
 
     /// What it measured so far.
     pub fn stats(&self) -> EchoStats {
-        let stats = self.apm.statistics();
+        let metrics = self.aec.processor.get_metrics();
         EchoStats {
-            erle_db: stats.echo_return_loss_enhancement,
-            delay_ms: stats.delay_ms.or(stats.delay_median_ms),
+            erle_db: self
+                .heard_voice
+                .then_some(metrics.echo_return_loss_enhancement),
+            delay_ms: self.heard_voice.then_some(metrics.delay_ms),
         }
     }
 }
@@ -648,7 +693,7 @@ impl OfflineEcho {
             Some(echo) => {
                 let (cleaned, speaking) = echo.next(frame);
                 shared.set_speaking(speaking);
-                listener.push_judged(&cleaned.frame, cleaned.residue)
+                listener.push_judged(&cleaned.frame, Some(&cleaned.judged))
             }
             None => listener.push(frame),
         }
@@ -779,7 +824,7 @@ impl AudioSource for EchoCancelled {
             return Ok(inner);
         }
         let (tx, rx) = mpsc::channel(500);
-        let (residue_tx, residue_rx) = std::sync::mpsc::channel();
+        let (judged_tx, judged_rx) = std::sync::mpsc::channel();
         let close = CancellationToken::new();
         let lost = DeviceLost::default();
         let lost_here = lost.clone();
@@ -817,14 +862,14 @@ impl AudioSource for EchoCancelled {
                             break;
                         };
                         let played = reference.read(start, frame.len());
-                        let Cancelled { frame: cleaned, residue } = canceller.cancel(&frame, &played);
+                        let Cancelled { frame: cleaned, judged } = canceller.cancel(&frame, &played);
                         frames += 1;
                         if frames % 500 == 0 {
                             let stats = canceller.stats();
                             tracing::debug!(erle_db = ?stats.erle_db, delay_ms = ?stats.delay_ms, "echo canceller");
                         }
                         // (The judgement goes first: the listener reads it after its frame.)
-                        if residue_tx.send(residue).is_err() || tx.blocking_send(cleaned).is_err() {
+                        if judged_tx.send(judged).is_err() || tx.blocking_send(cleaned).is_err() {
                             break 'capture;
                         }
                         }
@@ -839,7 +884,7 @@ impl AudioSource for EchoCancelled {
             })
             .map_err(|e| VoiceError::Device(format!("cannot start the echo canceller: {e}")))?;
         let mut capture = Capture::new(rx, close, lost);
-        capture.residue = Some(residue_rx);
+        capture.judged = Some(judged_rx);
         Ok(capture)
     }
 }

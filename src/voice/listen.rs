@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use super::audio::EchoJudged;
 use super::heard::{classify, words, Heard, HeardContext};
 use super::stt::{Transcriber, Transcript};
 use super::turn::{Turn, TurnJudge};
@@ -201,16 +202,19 @@ impl Listener {
 
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Result<Vec<ListenEvent>, VoiceError> {
-        self.push_judged(frame, false)
+        self.push_judged(frame, None)
     }
 
-    /// Feeds one 20 ms frame from behind the echo canceller, which judged it Jarvis's own echo's
-    /// residue or not: residue never counts as someone speaking.
+    /// Feeds one 20 ms frame from behind the echo canceller, with what the canceller told of it
+    /// (see [`EchoJudged`]): its residue never counts as someone speaking, and an utterance keeps
+    /// the linear filter's output, where a person speaking over the voice is whole.
     pub fn push_judged(
         &mut self,
         frame: &[i16],
-        residue: bool,
+        judged: Option<&EchoJudged>,
     ) -> Result<Vec<ListenEvent>, VoiceError> {
+        let residue = judged.is_some_and(|j| j.residue);
+        let kept = judged.map(|j| j.linear.as_slice());
         let now_ms = self.frame_index * FRAME_MS;
         // A level meter falls back slowly and jumps up at once, as a person's eye expects.
         let level = audio::loudness_i16(frame);
@@ -248,7 +252,7 @@ impl Listener {
             }
         }
         let strict = self.shared.speaking();
-        for segment in self.segmenter.push_judged(frame, strict, residue) {
+        for segment in self.segmenter.push_judged(frame, kept, strict, residue) {
             out.extend(self.segment(segment)?);
         }
         Ok(out)

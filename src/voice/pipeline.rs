@@ -348,11 +348,8 @@ fn listen(
         }
         match capture.frames.blocking_recv() {
             Some(frame) => {
-                let residue = capture
-                    .residue
-                    .as_ref()
-                    .is_some_and(|r| r.try_recv().unwrap_or(false));
-                if !send(listener.push_judged(&frame, residue)) {
+                let judged = capture.judged.as_ref().and_then(|r| r.try_recv().ok());
+                if !send(listener.push_judged(&frame, judged.as_ref())) {
                     // The loop is gone: nobody to tell.
                     return None;
                 }

@@ -24,6 +24,11 @@ pub struct SegmenterSettings {
     pub strict_onset_frames: usize,
     /// The window the strict onset is counted over.
     pub strict_onset_window: usize,
+    /// Frames kept from before a strict onset. Behind the echo canceller a person speaking over
+    /// the voice is held back until it judges them the dominant near end, so the onset comes
+    /// late, after their first syllable: the utterance reaches further back for it (in the
+    /// canceller's linear output, where it is whole).
+    pub strict_pre_roll_frames: usize,
     /// Unvoiced frames in a row after which the segmenter asks whether the person has finished
     /// ([`Segment::Paused`]); the listener ends the utterance at once when they have
     /// ([`Segmenter::finish`]). `None` never asks.
@@ -49,11 +54,12 @@ impl Default for SegmenterSettings {
             onset_window: 5,
             strict_onset_frames: 6,
             strict_onset_window: 8,
-            pause_frames: Some(15),    // 300 ms
-            hangover_frames: Some(75), // 1.5 s
-            min_voiced_frames: 12,     // 240 ms of voice
-            max_frames: 30 * 50,       // 30 s
-            floor_rms: 180.0,          // about -45 dBFS
+            strict_pre_roll_frames: 25, // 500 ms
+            pause_frames: Some(15),     // 300 ms
+            hangover_frames: Some(75),  // 1.5 s
+            min_voiced_frames: 12,      // 240 ms of voice
+            max_frames: 30 * 50,        // 30 s
+            floor_rms: 180.0,           // about -45 dBFS
         }
     }
 }
@@ -167,26 +173,34 @@ impl Segmenter {
 
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Vec<Segment> {
-        self.push_judged(frame, false, false)
+        self.push_judged(frame, None, false, false)
     }
 
     /// Feeds one 20 ms frame heard while Jarvis's voice plays (`strict`: an utterance opens only
-    /// on the strict onset), or judged its echo's `residue` (never voiced).
-    pub fn push_judged(&mut self, frame: &[i16], strict: bool, residue: bool) -> Vec<Segment> {
+    /// on the strict onset), or judged its echo's `residue` (never voiced). `kept`, where given,
+    /// is what an utterance keeps of the frame in its place (behind the echo canceller: its
+    /// linear filter's output, which holds nothing of a person back); the frame is only judged.
+    pub fn push_judged(
+        &mut self,
+        frame: &[i16],
+        kept: Option<&[i16]>,
+        strict: bool,
+        residue: bool,
+    ) -> Vec<Segment> {
         let mut out = Vec::new();
-        let frame = if frame.len() == FRAME {
-            frame.to_vec()
-        } else {
+        let whole = |frame: &[i16]| {
             let mut f = frame.to_vec();
             f.resize(FRAME, 0);
             f
         };
+        let frame = whole(frame);
         let rms = (frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / FRAME as f64).sqrt();
         let heard = self.vad.0.is_voice_segment(&frame).unwrap_or(false)
             && rms as f32 >= self.settings.floor_rms;
         // Residue never opens an utterance; inside one, where the canceller also holds back a
         // person talking over Jarvis's voice, it counts as what the detector says.
         let voiced = heard && (!residue || self.current.is_some());
+        let frame = kept.map(whole).unwrap_or(frame);
         let index = self.frame_index;
         self.frame_index += 1;
         let s = self.settings;
@@ -216,8 +230,14 @@ impl Segmenter {
         }
 
         self.recent.push_back((frame, voiced));
+        let pre_roll = if strict {
+            s.strict_pre_roll_frames
+        } else {
+            s.pre_roll_frames
+        };
         let longest = s
             .pre_roll_frames
+            .max(s.strict_pre_roll_frames)
             .max(s.onset_window)
             .max(s.strict_onset_window);
         while self.recent.len() > longest {
@@ -236,7 +256,7 @@ impl Segmenter {
             .filter(|(_, v)| *v)
             .count();
         if voiced && voiced_recent >= needed {
-            let kept = self.recent.len().min(s.pre_roll_frames.max(1));
+            let kept = self.recent.len().min(pre_roll.max(1));
             let start_frame = index + 1 - kept as u64;
             let mut samples = Vec::with_capacity(FRAME * 100);
             let mut voiced_count = 0;
