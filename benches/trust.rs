@@ -8,7 +8,10 @@
 //!
 //! Figures: questions made of 20 noise bursts (hiss, thump, beep; 0.15–0.9 s; goal 0), and how
 //! many of 45 spoken items (three stop phrases and two questions, each in nine voices) are still
-//! judged right; then the detector's cost per second of audio.
+//! judged right; then the detector's cost per second of audio; then how long whisper (with its
+//! safeguards) takes on questions cut mid-word or just after their last word — where it is
+//! unsure and falls back to warmer decodings — with each decoding capped at what a person could
+//! have said, and without the cap (the baseline).
 //!
 //! Run: `cargo bench --bench trust`
 
@@ -111,4 +114,57 @@ fn main() {
         took * 1e6 / seconds,
         took * 100.0 / seconds
     );
+
+    println!("\n## whisper on questions cut short (4 questions x 10 voices x 5 cuts)");
+    let capped = models::load_whisper(&models, SpeechModel::TinyEn, 2).expect("whisper tiny.en");
+    let uncapped = models::load_whisper(&models, SpeechModel::TinyEn, 2)
+        .expect("whisper tiny.en")
+        .without_token_cap();
+    let mut clips = Vec::new();
+    for text in [
+        "Who wrote Pride and Prejudice?",
+        "What is the weather like in Paris tomorrow?",
+        "Set a timer for ten minutes.",
+        "How tall is Mount Everest?",
+    ] {
+        for variant in 0..10 {
+            let said = fixtures::said(text, variant).expect("espeak-ng");
+            // Where the voice ends: the last 10 ms louder than -45 dBFS.
+            let end = said
+                .chunks(160)
+                .rposition(|c| audio_rms(c) > 0.0056)
+                .map_or(said.len(), |k| (k + 1) * 160);
+            for cut_ms in [-200_i64, -120, -60, 0, 100] {
+                let to = (end as i64 + cut_ms * 16).max(1600) as usize;
+                let mut clip = said[..to.min(said.len())].to_vec();
+                clip.resize(to, 0.0);
+                clips.push(clip);
+            }
+        }
+    }
+    println!("| decodings | mean | slowest |");
+    println!("|---|---|---|");
+    for (name, whisper) in [
+        ("capped", &capped),
+        ("to whisper's limit (before)", &uncapped),
+    ] {
+        let mut times: Vec<f64> = clips
+            .iter()
+            .map(|clip| {
+                let start = Instant::now();
+                whisper.transcribe(clip).expect("whisper runs");
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!(
+            "| {name} | {:.0} ms | {:.0} ms |",
+            times.iter().sum::<f64>() * 1000.0 / times.len() as f64,
+            times[times.len() - 1] * 1000.0
+        );
+    }
+}
+
+fn audio_rms(samples: &[f32]) -> f32 {
+    (samples.iter().map(|s| s * s).sum::<f32>() / samples.len().max(1) as f32).sqrt()
 }
