@@ -34,7 +34,7 @@ pub use super::audio::{EchoJudged, PlaybackTap};
 use super::listen::{ListenEvent, Listener, Shared};
 use super::{VoiceError, FRAME, SAMPLE_RATE};
 
-/// Samples per 10 ms at the listening rate: the canceller's block.
+/// Samples per 10 ms at the listening rate: the resampler's block.
 const BLOCK: usize = SAMPLE_RATE as usize / 100;
 
 /// A streaming resampler to the listening rate, for one input rate.
@@ -523,6 +523,9 @@ impl Aec3 {
     /// `capture` with the echo of `played` (the same span, silence past its end) taken out: by
     /// the whole canceller, and by its linear filter alone.
     fn process(&mut self, capture: &[i16], played: &[f32]) -> (Vec<i16>, Vec<i16>) {
+        // (Saturation is judged on what was heard, before the high-pass filter takes the
+        // offset out, for the whole frame: as `sonora` judges it.)
+        let saturated = capture.iter().any(|s| s.unsigned_abs() >= 32700);
         let mut mic = vec![Vec::with_capacity(
             capture.len().next_multiple_of(AEC_BLOCK),
         )];
@@ -536,15 +539,14 @@ impl Aec3 {
             far.fill(0.0);
             if let Some(p) = played.get(i * AEC_BLOCK..) {
                 for (f, p) in far.iter_mut().zip(p) {
-                    *f = p * 32768.0;
+                    *f = p.clamp(-1.0, 1.0) * 32768.0;
                 }
             }
             self.processor.buffer_render(&self.render);
             self.capture.view_mut(0, 0).copy_from_slice(block);
-            let saturated = block.iter().any(|s| s.abs() >= 32700.0);
             self.processor.set_audio_buffer_delay(self.delay_hint_ms);
-            // (Until the first reference arrives the block is left as it is, and so is the
-            // linear output: it starts as the capture.)
+            // (AEC3 writes the linear output whenever it processes a block; one it skipped
+            // would go on as it was heard.)
             self.linear.view_mut(0, 0).copy_from_slice(block);
             self.processor.process_capture(
                 false,

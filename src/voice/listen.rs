@@ -144,10 +144,11 @@ pub struct Listener {
     asked: Option<(usize, Transcript)>,
 }
 
-/// An utterance open this long when the wake word's detector fires holds the phrase; one begun
-/// later is what the person said after it (the detector fires within a few hundred ms of the
-/// phrase's end; the utterance's start includes 300 ms of pre-roll).
-const WAKE_PHRASE_INSIDE_MS: u64 = 500;
+/// An utterance whose onset was heard this long before the wake word's detector fires holds the
+/// phrase; one begun later is what the person said after it (the detector fires within a few
+/// hundred ms of the phrase's end). Counted from the onset, not the utterance's start, whose
+/// pre-roll is longer while Jarvis speaks.
+const WAKE_PHRASE_INSIDE_MS: u64 = 220;
 
 /// Quiet that asks whether the person has finished when the end-of-turn model hears the voice:
 /// 200 ms, what it was trained on.
@@ -238,8 +239,8 @@ impl Listener {
                     // utterance "Hey Jarvis" was) is what the person says next, whole.
                     self.holds_wake_word = self
                         .segmenter
-                        .open_start_ms()
-                        .is_some_and(|start| start + WAKE_PHRASE_INSIDE_MS <= now_ms);
+                        .open_onset_ms()
+                        .is_some_and(|onset| onset + WAKE_PHRASE_INSIDE_MS <= now_ms);
                     out.push(ListenEvent::Heard(UtteranceReport {
                         heard: Heard::Wake,
                         text: String::new(),

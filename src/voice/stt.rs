@@ -125,7 +125,10 @@ pub fn collapse_repeats(text: &str) -> String {
     collapse_loops(&kept.join(" "))
 }
 
-/// The most tokens a decoding of `samples` (16 kHz) may write (8 a second, and 40).
+/// The most tokens a decoding of `samples` (16 kHz) may write: 8 a second (a fast talker says
+/// about 5) and 40 more, so that a decoding that loops on a short phrase is still long enough
+/// (over 32 tokens) for whisper's repetition check to catch; one that reaches the cap all the
+/// same is decoded again without it.
 fn max_tokens_for(samples: usize) -> i32 {
     40 + (8 * samples / SAMPLE_RATE as usize) as i32
 }
@@ -202,7 +205,7 @@ impl Whisper {
         self
     }
 
-    /// Whisper with every decoding free to run to its own limit (224 tokens), as before the cap
+    /// Whisper with every decoding free to run to its own limit (220 tokens), as before the cap
     /// (the benchmark's baseline).
     pub fn without_token_cap(mut self) -> Whisper {
         self.token_cap = false;
@@ -234,6 +237,31 @@ impl Whisper {
         if audio.len() < min {
             audio.resize(min, 0.0);
         }
+        let cap = max_tokens_for(audio.len());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut text, mut no_speech, mut tokens) =
+            self.decode(&mut state, &audio, audio_ctx, self.token_cap.then_some(cap))?;
+        if self.token_cap && tokens >= cap {
+            // The decoding chosen ran to the cap: a loop too varied for the repetition check,
+            // which whisper, left to its own limit, fails and tries again warmer. So it is here.
+            (text, no_speech, tokens) = self.decode(&mut state, &audio, audio_ctx, None)?;
+        }
+        tracing::trace!(tokens, "transcribed");
+        Ok(Transcript {
+            text: collapse_repeats(text.trim()),
+            no_speech,
+        })
+    }
+
+    /// One run of whisper over `audio` (its decodings capped at `cap` tokens, where given): the
+    /// text, the no-speech probability and the tokens the decoding chosen wrote.
+    fn decode(
+        &self,
+        state: &mut WhisperState,
+        audio: &[f32],
+        audio_ctx: i32,
+        cap: Option<i32>,
+    ) -> Result<(String, f32, i32), VoiceError> {
         // Greedy at temperature 0; where that decoding is unsure, five samples at each higher
         // temperature (best_of applies to those only), as openai-whisper's transcribe does.
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 5 });
@@ -259,13 +287,12 @@ impl Whisper {
         // dropped as silence.
         params.set_temperature(0.0);
         params.set_temperature_inc(if self.safeguards { 0.2 } else { 0.0 });
-        // No decoding runs far past what a person could have said in the clip: 8 tokens a
-        // second (a fast talker says about 5) and 40 more, so that a decoding that loops is still
-        // long enough (over 32 tokens) for the repetition check to catch. The warm decodings of
-        // an unsure clip ran on to whisper's own limit (224 tokens) before they were thrown
-        // away: on questions cut mid-word, five times the mean (`cargo bench --bench trust`).
-        if self.token_cap {
-            params.set_max_tokens(max_tokens_for(audio.len()));
+        // No decoding runs far past what a person could have said in the clip (see
+        // `max_tokens_for`): the warm decodings of an unsure clip ran on to whisper's own limit
+        // (220 tokens) before they were thrown away — on questions cut mid-word, five times the
+        // mean (`cargo bench --bench trust`).
+        if let Some(cap) = cap {
+            params.set_max_tokens(cap);
         }
         params.set_logprob_thold(-1.0);
         params.set_entropy_thold(2.4);
@@ -275,23 +302,21 @@ impl Whisper {
         } else {
             params.set_language(Some("auto"));
         }
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state
-            .full(params, &audio)
+            .full(params, audio)
             .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
         let mut text = String::new();
         let mut no_speech: f32 = 0.0;
+        let mut tokens = 0;
         for segment in state.as_iter() {
             let piece = segment
                 .to_str_lossy()
                 .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
             text.push_str(&piece);
             no_speech = no_speech.max(segment.no_speech_probability());
+            tokens = tokens.max(segment.n_tokens());
         }
-        Ok(Transcript {
-            text: collapse_repeats(text.trim()),
-            no_speech,
-        })
+        Ok((text, no_speech, tokens))
     }
 }
 

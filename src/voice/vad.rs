@@ -145,6 +145,8 @@ pub struct Segmenter {
 }
 
 struct Open {
+    /// The frame the onset was heard on (the pre-roll reaches back from it).
+    onset_frame: u64,
     samples: Vec<i16>,
     start_frame: u64,
     frames: usize,
@@ -266,6 +268,7 @@ impl Segmenter {
             }
             self.recent.clear();
             self.current = Some(Open {
+                onset_frame: index,
                 samples,
                 start_frame,
                 frames: kept,
@@ -285,6 +288,14 @@ impl Segmenter {
         self.current
             .as_ref()
             .map(|open| open.start_frame * FRAME_MS)
+    }
+
+    /// Where the open utterance's onset was heard, in ms since the capture opened (its pre-roll
+    /// reaches back 300 or 500 ms before).
+    pub fn open_onset_ms(&self) -> Option<u64> {
+        self.current
+            .as_ref()
+            .map(|open| open.onset_frame * FRAME_MS)
     }
 
     /// The open utterance's samples so far (pre-roll and quiet included).
