@@ -284,6 +284,9 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
         rig.status().replying == Some(reply),
         "the first sentence plays while the reply is still written"
     );
+    // (The service hears of the voice just after the sink does.)
+    rig.until("the voice to be shown speaking", |s| s.speaking)
+        .await;
     gate.release();
     assert_eq!(rig.end_of(reply).await, ReplyState::Done);
     rig.until("the voice to end", |s| !s.speaking).await;
@@ -1081,9 +1084,19 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
 struct HeldVoice {
     open: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
     asked: Arc<std::sync::Mutex<Vec<String>>>,
+    /// How many sentences it makes before the gate (none: it holds the first).
+    free: usize,
 }
 
 impl HeldVoice {
+    /// One that makes its first `free` sentences at once and holds the rest.
+    fn after(free: usize) -> HeldVoice {
+        HeldVoice {
+            free,
+            ..HeldVoice::default()
+        }
+    }
+
     fn release(&self) {
         *self.open.0.lock().unwrap() = true;
         self.open.1.notify_all();
@@ -1096,7 +1109,14 @@ impl HeldVoice {
 
 impl Synthesizer for HeldVoice {
     fn synthesize(&self, text: &str) -> Result<Clip, jarvis::voice::VoiceError> {
-        self.asked.lock().unwrap().push(text.to_string());
+        let asked = {
+            let mut asked = self.asked.lock().unwrap();
+            asked.push(text.to_string());
+            asked.len()
+        };
+        if asked <= self.free {
+            return Espeak::default().synthesize(text);
+        }
         let (open, opened) = &*self.open;
         let guard = open.lock().unwrap();
         let (guard, waited) = opened
@@ -1185,6 +1205,53 @@ async fn a_new_conversations_first_answer_is_said_even_when_it_ends_before_the_l
             .any(|s| s.contains("Madrid is the capital of Spain"))
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_is_shown_speaking_from_its_first_sentence_while_the_loop_makes_the_next() {
+    let _one = SERIAL.lock().await;
+    let voice = HeldVoice::after(1);
+    let mut rig = rig_with(
+        ListenMode::HandsFree,
+        |_| {},
+        whisper(),
+        Arc::new(voice.clone()),
+    )
+    .await;
+    // The whole answer comes at once: its second sentence is made straight after the first is
+    // handed to the speaker, and making it takes a loaded machine long (held here).
+    let answer =
+        "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
+    rig.stub.push(Script::text(answer).deltas_of(answer.len()));
+    rig.service
+        .voice_ask("What is the capital of France?")
+        .await
+        .unwrap();
+    let reply = rig.next_reply().await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.until_played("the first sentence", |r| !r.arrivals().is_empty())
+        .await;
+    eventually("the second sentence to be asked for", || {
+        voice.asked().len() >= 2
+    })
+    .await;
+    // The reply is written whole; its voice plays: the orb and the tray offer Stop.
+    let status = rig
+        .until("the voice to be shown speaking", |s| s.speaking)
+        .await;
+    assert_eq!(status.replying, None);
+    voice.release();
+    rig.until("the voice to end", |s| !s.speaking).await;
+    assert!(
+        !rig.recorder.is_playing(),
+        "the status says the voice ended while it plays"
+    );
+    assert_eq!(
+        rig.recorder.arrivals().len(),
+        3,
+        "one clip per sentence: {:?}",
+        voice.asked()
+    );
 }
 
 /// About thirty seconds of Jarvis talking.

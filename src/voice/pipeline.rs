@@ -208,6 +208,20 @@ impl VoiceLoop {
             parts.sink.clone(),
             shared.clone(),
         );
+        // The service hears of the voice as the speaker's state changes, from a task of its own:
+        // the loop may be busy making the next sentence while the first plays. (When the speaker
+        // goes, with the loop, the last word is that it is silent.)
+        let mut busy = speaker.watch_busy();
+        let told = service.clone();
+        tokio::spawn(async move {
+            while busy.changed().await.is_ok() {
+                let on = *busy.borrow_and_update();
+                if let Err(err) = told.set_speaking(on).await {
+                    tracing::warn!(%err, "the service could not be told the voice plays");
+                }
+            }
+            told.speaking_ended_now();
+        });
         let (events_tx, events) = mpsc::unbounded_channel();
         let handle = service.clone();
         let listening = ListeningThreads::default();
@@ -231,7 +245,6 @@ impl VoiceLoop {
             awake: false,
             last_activity: Instant::now(),
             in_speech: false,
-            speaking: false,
             said_before: None,
             heard_until,
             chat_at_start,
@@ -393,8 +406,6 @@ struct LoopState {
     awake: bool,
     last_activity: Instant,
     in_speech: bool,
-    /// What the service was last told of the speaker playing.
-    speaking: bool,
     /// The conversation's reply that had ended before this loop attached to it: its replayed
     /// events are not spoken.
     said_before: Option<ReplyId>,
@@ -759,6 +770,7 @@ impl LoopState {
                 tracing::warn!(%err, "the heard prefix could not be kept");
             }
         }
+        self.speaker.publish();
     }
 
     async fn on_tick(&mut self) {
@@ -774,13 +786,6 @@ impl LoopState {
             }
             changed
         });
-        let speaking = self.speaker.busy();
-        if speaking != self.speaking {
-            self.speaking = speaking;
-            if let Err(err) = self.service.set_speaking(speaking).await {
-                tracing::warn!(%err, "the service could not be told the voice plays");
-            }
-        }
         let watched = self.service.voice_watched();
         if self.watched && !watched {
             // The window went away: the reply goes on, its audio does not.
@@ -788,6 +793,7 @@ impl LoopState {
                 if let Err(err) = self.service.voice_heard(reply, prefix).await {
                     tracing::warn!(%err, "the heard prefix could not be kept");
                 }
+                self.speaker.publish();
             }
         }
         self.watched = watched;

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use super::listen::Shared;
 use super::tts::{Sentences, Synthesizer};
 use super::{AudioSink, VoiceError};
@@ -59,6 +61,9 @@ pub struct Speaker {
     /// Where the last queued clip ends in playing time.
     queued_until: Duration,
     ducked: bool,
+    /// [`Speaker::busy`], told as it changes: the moment a clip is handed to the sink, not at
+    /// the loop's next tick (the loop may be busy making the next sentence by then).
+    busy: watch::Sender<bool>,
 }
 
 impl Speaker {
@@ -75,7 +80,23 @@ impl Speaker {
             answer: None,
             queued_until: Duration::ZERO,
             ducked: false,
+            busy: watch::Sender::new(false),
         }
+    }
+
+    /// [`Speaker::busy`] as it changes (a sink that ends playing is noticed at
+    /// [`Speaker::refresh`]).
+    pub fn watch_busy(&self) -> watch::Receiver<bool> {
+        self.busy.subscribe()
+    }
+
+    /// Tells the watchers whether it is busy now. A cut is not told by [`Speaker::cut`]: its
+    /// caller tells it once the heard prefix is kept, so that nobody sees the voice end before
+    /// the store knows where it was cut.
+    pub fn publish(&self) {
+        let busy = self.busy();
+        self.busy
+            .send_if_modified(|told| std::mem::replace(told, busy) != busy);
     }
 
     /// The reply being spoken, if any.
@@ -104,6 +125,7 @@ impl Speaker {
         if let Some(answer) = self.answer.as_mut().filter(|a| a.reply == reply) {
             answer.complete = true;
         }
+        self.publish();
     }
 
     /// A new reply begins.
@@ -154,6 +176,7 @@ impl Speaker {
         if let Some(rest) = rest {
             self.sentence(rest, audible).await?;
         }
+        self.publish();
         Ok(())
     }
 
@@ -191,6 +214,7 @@ impl Speaker {
                 envelope,
             });
         }
+        self.publish();
         Ok(())
     }
 
@@ -272,9 +296,11 @@ impl Speaker {
         Some(if self.ducked { level * DUCKED } else { level })
     }
 
-    /// Keeps the speaking flag true to the sink (the echo check reads it).
+    /// Keeps the speaking flag true to the sink (the echo check reads it), and tells the watchers
+    /// once the sink has ended playing.
     pub fn refresh(&mut self) {
         self.shared.set_speaking(self.sink.is_playing());
+        self.publish();
     }
 }
 
