@@ -353,25 +353,24 @@ fn question_after_a_late_wake_word(speaking: bool, fires_ms: u64) -> Vec<Utteran
     .unwrap()
 }
 
+/// The words of each utterance heard as a question.
+fn questions(heard: &[UtteranceReport]) -> Vec<&str> {
+    heard
+        .iter()
+        .filter(|r| r.heard == Heard::Question)
+        .map(|r| r.text.as_str())
+        .collect()
+}
+
 #[test]
 fn a_question_begun_just_before_the_wake_word_is_detected_is_kept_whole() {
     // The detector fires only as the question begins: the question does not hold the phrase.
     let heard = question_after_a_late_wake_word(false, 100);
-    let questions: Vec<_> = heard
-        .iter()
-        .filter(|r| r.heard == Heard::Question)
-        .map(|r| r.text.as_str())
-        .collect();
-    assert_eq!(questions, ["What time is it?"], "{heard:?}");
+    assert_eq!(questions(&heard), ["What time is it?"], "{heard:?}");
     // The same while Jarvis speaks (its farewell, say), where an utterance reaches 500 ms back
     // before its onset instead of 300: the question begun 200 ms before the detector fired is
     // still not taken to hold the phrase (it was, when that was judged from the utterance's
     // start: "is it?").
     let heard = question_after_a_late_wake_word(true, 200);
-    let questions: Vec<_> = heard
-        .iter()
-        .filter(|r| r.heard == Heard::Question)
-        .map(|r| r.text.as_str())
-        .collect();
-    assert_eq!(questions, ["What time is it?"], "{heard:?}");
+    assert_eq!(questions(&heard), ["What time is it?"], "{heard:?}");
 }

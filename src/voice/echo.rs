@@ -592,7 +592,8 @@ impl Canceller {
     /// One 20 ms frame heard, with what was played over the same 20 ms (16 kHz; silence when
     /// nothing was): the frame without Jarvis's voice.
     pub fn cancel(&mut self, capture: &[i16], played: &[f32]) -> Cancelled {
-        let (out, linear) = self.cancel_linear(capture, played);
+        self.heard_voice |= played.iter().any(|s| *s != 0.0);
+        let (out, linear) = self.aec.process(capture, played);
         match self.judge.push(capture, played) {
             // (The canceller runs on, ready for the day the speaker is heard again.)
             EchoPath::Absent => return Cancelled::as_heard(capture),
@@ -625,11 +626,6 @@ impl Canceller {
             frame: out,
             judged: EchoJudged { residue, linear },
         }
-    }
-
-    fn cancel_linear(&mut self, capture: &[i16], played: &[f32]) -> (Vec<i16>, Vec<i16>) {
-        self.heard_voice |= played.iter().any(|s| *s != 0.0);
-        self.aec.process(capture, played)
     }
 
     /// What it measured so far.

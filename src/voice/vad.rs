@@ -283,13 +283,6 @@ impl Segmenter {
         out
     }
 
-    /// Where the open utterance starts, in ms since the capture opened (pre-roll included).
-    pub fn open_start_ms(&self) -> Option<u64> {
-        self.current
-            .as_ref()
-            .map(|open| open.start_frame * FRAME_MS)
-    }
-
     /// Where the open utterance's onset was heard, in ms since the capture opened (its pre-roll
     /// reaches back 300 or 500 ms before).
     pub fn open_onset_ms(&self) -> Option<u64> {
