@@ -1254,6 +1254,101 @@ async fn the_voice_is_shown_speaking_from_its_first_sentence_while_the_loop_make
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_sentence_answer_is_shown_speaking_while_its_voice_is_made() {
+    let _one = SERIAL.lock().await;
+    let (voice, mut rig) = held_voice_rig().await;
+    // One sentence: it is made only once the reply's text is complete.
+    rig.stub
+        .push(Script::text("Paris is the capital of France."));
+    rig.service
+        .voice_ask("What is the capital of France?")
+        .await
+        .unwrap();
+    let reply = rig.next_reply().await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    eventually("the sentence to be asked for", || !voice.asked().is_empty()).await;
+    // Its sound is still being made (held): Jarvis is about to say it, and Stop is offered (and a
+    // settings change waits for it rather than replacing the loop that is to say it).
+    rig.until("the voice to be shown speaking", |s| s.speaking)
+        .await;
+    assert!(rig.service.activity().borrow().can_stop());
+    voice.release();
+    rig.until_played("the answer", |r| !r.arrivals().is_empty())
+        .await;
+    rig.until("the voice to end", |s| !s.speaking).await;
+    assert!(!rig.recorder.is_playing());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goodbye_lets_the_answer_being_said_play_out_and_its_voice_end() {
+    let _one = SERIAL.lock().await;
+    let answer = "Goodbye for now. It was nice talking to you. Have a lovely evening.";
+    // (The answer's end and the conversation's end reach the loop together, in an order that is
+    // the runtime's choice: four rounds, so a loop that left the chat first is caught.)
+    for round in 0..4 {
+        let (voice, mut rig) = held_voice_rig().await;
+        rig.stub.push(Script::text(answer).deltas_of(answer.len()));
+        rig.service.voice_ask("Thanks, that's all.").await.unwrap();
+        let reply = rig.next_reply().await;
+        assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+        // The loop is held making the first sentence while the conversation is ended.
+        eventually("the loop to begin to speak", || !voice.asked().is_empty()).await;
+        rig.service.voice_goodbye().await.unwrap();
+        rig.until("the conversation to end", |s| s.chat.is_none())
+            .await;
+        voice.release();
+        eventually("the whole answer to be said", || {
+            voice
+                .asked()
+                .iter()
+                .any(|s| s.contains("Have a lovely evening"))
+        })
+        .await;
+        rig.until_played("the answer", |r| r.arrivals().len() == 3 && !r.is_playing())
+            .await;
+        rig.until(&format!("round {round}: the voice to end"), |s| !s.speaking)
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_an_answer_again_over_one_being_said_keeps_where_that_one_was_cut() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    rig.stub
+        .push(Script::text("Paris is the capital of France."));
+    let first = rig.ask("What is the capital of France?").await;
+    assert_eq!(rig.end_of(first).await, ReplyState::Done);
+    rig.until_played("the first answer", |r| {
+        !r.arrivals().is_empty() && !r.is_playing()
+    })
+    .await;
+    rig.stub.push(Script::text(long_answer()));
+    let second = rig.ask("Tell me about Paris.").await;
+    assert_eq!(rig.end_of(second).await, ReplyState::Done);
+    let before = rig.recorder.played();
+    rig.until_played("1.5 s of the second answer", |r| {
+        r.played() >= before + Duration::from_millis(1500)
+    })
+    .await;
+    // Play answer on the first, while the second is being said: the second is cut there, as by
+    // Stop, and the next question is told where.
+    rig._voice.replay(first).await;
+    let service = rig.service.clone();
+    let mut heard = None;
+    eventually("where the second answer was cut to be kept", || {
+        heard = service.store().reply(second).unwrap().unwrap().heard;
+        heard.is_some()
+    })
+    .await;
+    let heard = heard.unwrap();
+    assert!(
+        long_answer().starts_with(&heard) && heard.len() < long_answer().len(),
+        "{heard:?}"
+    );
+}
+
 /// About thirty seconds of Jarvis talking.
 fn thirty_second_answer() -> &'static str {
     "The Eiffel Tower was built for the world fair of eighteen eighty nine. \

@@ -210,17 +210,21 @@ impl VoiceLoop {
         );
         // The service hears of the voice as the speaker's state changes, from a task of its own:
         // the loop may be busy making the next sentence while the first plays. (When the speaker
-        // goes, with the loop, the last word is that it is silent.)
+        // goes, with the loop, the last word is that it is silent: a "playing" this task was
+        // still sending must not outlast the loop's own word at its drop.)
         let mut busy = speaker.watch_busy();
         let told = service.clone();
         tokio::spawn(async move {
+            let mut on = false;
             while busy.changed().await.is_ok() {
-                let on = *busy.borrow_and_update();
+                on = *busy.borrow_and_update();
                 if let Err(err) = told.set_speaking(on).await {
                     tracing::warn!(%err, "the service could not be told the voice plays");
                 }
             }
-            told.speaking_ended_now();
+            if on {
+                let _ = told.set_speaking(false).await;
+            }
         });
         let (events_tx, events) = mpsc::unbounded_channel();
         let handle = service.clone();
@@ -539,6 +543,7 @@ impl LoopState {
         }
         // The conversation's chat: follow its replies.
         if self.chat.as_ref().map(|(id, _)| *id) != status.chat {
+            self.leave_chat().await;
             // (Ending it by End or deleting its chat counts a stop, which cuts the voice below; a
             // goodbye lets what is being said play out.) A stop said in another chat silences
             // nothing here: its reply ids may be another store's.
@@ -763,6 +768,27 @@ impl LoopState {
         }
     }
 
+    /// Before it follows another chat: what of the chat it followed had reached it is said as
+    /// ever (a goodbye's answer ends just before its conversation does, and the two can reach
+    /// the loop in either order), and an answer whose text will not come now is ended with what
+    /// was said of it, so that the voice is not shown playing forever.
+    async fn leave_chat(&mut self) {
+        use futures::FutureExt;
+        loop {
+            let pending = match &mut self.chat {
+                Some((_, attachment)) => attachment.next().now_or_never().flatten(),
+                None => None,
+            };
+            match pending {
+                Some(event) => self.on_reply_event(event).await,
+                None => break,
+            }
+        }
+        if let Some(reply) = self.speaker.reply() {
+            self.speaker.text_ended(reply);
+        }
+    }
+
     /// Cuts Jarvis's voice and keeps what of the answer was heard.
     async fn cut(&mut self) {
         if let Some((reply, prefix)) = self.speaker.cut() {
@@ -816,6 +842,8 @@ impl LoopState {
         let Ok(Some(stored)) = self.service.reply(reply).await else {
             return;
         };
+        // An answer it was saying is cut, and where is kept, as by Stop.
+        self.cut().await;
         if let Err(err) = self.speaker.replay(reply, &stored.text).await {
             tracing::warn!(%err, "the answer could not be played");
         }

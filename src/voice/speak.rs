@@ -61,6 +61,8 @@ pub struct Speaker {
     /// Where the last queued clip ends in playing time.
     queued_until: Duration,
     ducked: bool,
+    /// A sentence's sound is being made (the sink may be idle meanwhile).
+    making: bool,
     /// [`Speaker::busy`], told as it changes: the moment a clip is handed to the sink, not at
     /// the loop's next tick (the loop may be busy making the next sentence by then).
     busy: watch::Sender<bool>,
@@ -80,6 +82,7 @@ impl Speaker {
             answer: None,
             queued_until: Duration::ZERO,
             ducked: false,
+            making: false,
             busy: watch::Sender::new(false),
         }
     }
@@ -109,10 +112,12 @@ impl Speaker {
         self.sink.is_playing()
     }
 
-    /// Whether Jarvis is speaking: its voice plays, or an answer it has begun to say has more to
-    /// come (the sink may be idle for a moment between two sentences while the next is made).
+    /// Whether Jarvis is speaking: its voice plays, a sentence's sound is being made, or an
+    /// answer it has begun to say has more to come (the sink may be idle for a moment between
+    /// two sentences while the next is made).
     pub fn busy(&self) -> bool {
         self.sink.is_playing()
+            || self.making
             || self
                 .answer
                 .as_ref()
@@ -192,9 +197,22 @@ impl Speaker {
         self.shared.said(false, &sentence);
         let synthesizer = self.synthesizer.clone();
         let text = sentence.clone();
-        let clip = tokio::task::spawn_blocking(move || synthesizer.synthesize(&text))
+        // (An answer's last sentence is made after its text is complete: until it plays, Jarvis
+        // is still about to speak it.)
+        self.making = true;
+        self.publish();
+        let made = tokio::task::spawn_blocking(move || synthesizer.synthesize(&text))
             .await
-            .map_err(|e| VoiceError::Synthesize(e.to_string()))??;
+            .map_err(|e| VoiceError::Synthesize(e.to_string()))
+            .and_then(|made| made);
+        self.making = false;
+        let clip = match made {
+            Ok(clip) => clip,
+            Err(err) => {
+                self.publish();
+                return Err(err);
+            }
+        };
         let length = clip.duration();
         let envelope = envelope(&clip);
         let now = self.sink.played();
