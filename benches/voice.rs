@@ -208,6 +208,9 @@ struct TurnWay {
     turn: jarvis::voice::TurnJudge,
     /// The quiet that asks whether the turn is over.
     pause_ms: f64,
+    /// Whether the words are transcribed ahead of the pause (off: the baseline, as before).
+    ahead: bool,
+    rounds: usize,
 }
 
 fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
@@ -247,12 +250,13 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
             wake: None,
             turn: way.turn.clone(),
         };
-        let voice = VoiceLoop::start(service.clone(), parts, VoiceOptions::default());
+        let options = VoiceOptions { transcribe_ahead: way.ahead, ..VoiceOptions::default() };
+        let voice = VoiceLoop::start(service.clone(), parts, options);
         let mut heard = voice.heard();
         let _orb = service.voice_attach().await.unwrap();
         service.set_listening(true).await.unwrap();
         let (mut totals, mut stt_times, mut tts_times) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..8 {
+        for round in 0..way.rounds {
             let question = QUESTIONS[round % QUESTIONS.len()];
             // First token immediate: the whole answer in one delta.
             stub.push(Script::text("Sure. Here is the answer you asked for."));
@@ -272,6 +276,10 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
             }
             let first_sample = recorder.made() + recorder.arrivals()[clips_before].0;
             totals.push(first_sample.saturating_duration_since(last_voiced).as_secs_f64() * 1000.0);
+            while recorder.is_playing() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // (Measured alone, once the answer has played: not beside Piper making its next sentence.)
             let utterance = clip.samples.len() + 300 * 16 + 300 * 16;
             let mut padded = silence(300).then(&clip).samples;
             padded.resize(utterance, 0.0);
@@ -281,18 +289,19 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
             let t = Instant::now();
             way.synthesizer.synthesize("Sure.").unwrap();
             tts_times.push(t.elapsed().as_secs_f64() * 1000.0);
-            while recorder.is_playing() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
             feed.until_quiet().await;
         }
         let hangover = way.pause_ms;
         println!("each round (ms): {:?}", totals.iter().map(|t| t.round() as i64).collect::<Vec<_>>());
         println!("rounds: {}; total median {:.0} ms (min {:.0}, max {:.0})", totals.len(), median(totals.clone()),
             totals.iter().cloned().fold(f64::MAX, f64::min), totals.iter().cloned().fold(0.0, f64::max));
-        println!("parts: the pause {hangover:.0} ms (then the turn is judged), transcription median {:.0} ms, first sentence synthesis median {:.0} ms; the rest (VAD, the end-of-turn model where it judges, service, stub over loopback, queueing) ~{:.0} ms",
-            median(stt_times.clone()), median(tts_times.clone()),
-            median(totals) - hangover - median(stt_times) - median(tts_times));
+        let stt = median(stt_times);
+        // Ahead, the words are transcribed from 100 ms into the quiet, while the pause is waited for.
+        let after_pause = if way.ahead { (100.0 + stt - hangover).max(0.0) } else { stt };
+        let begun = if way.ahead { "begun 100 ms into the quiet" } else { "begun at the pause" };
+        println!("parts: the pause {hangover:.0} ms (then the turn is judged), transcription median {stt:.0} ms ({begun}: ~{after_pause:.0} ms of it after the pause), first sentence synthesis median {:.0} ms; the rest (VAD, the end-of-turn model where it judges, service, stub over loopback, queueing) ~{:.0} ms",
+            median(tts_times.clone()),
+            median(totals) - hangover - after_pause - median(tts_times));
         drop(voice);
     });
 }
@@ -318,19 +327,30 @@ fn main() {
             synthesizer: Arc::new(Espeak::default()),
             turn: jarvis::voice::TurnJudge::default(),
             pause_ms: 300.0,
+            ahead: true,
+            rounds: 8,
         },
     );
     let (turn, missing) = models::turn_judge(&models);
     assert!(missing.is_none(), "the end-of-turn model: {missing:?}");
-    turn_overhead(
-        whisper,
-        TurnWay {
-            name: "Piper, a pause judged by its words and Smart Turn after 200 ms",
-            synthesizer: Arc::new(
-                models::load_piper(&models, 175).expect("Piper's voice (scripts/models voice)"),
-            ),
-            turn,
-            pause_ms: 200.0,
-        },
-    );
+    let piper: Arc<dyn Synthesizer> =
+        Arc::new(models::load_piper(&models, 175).expect("Piper's voice (scripts/models voice)"));
+    // The baseline first, in the same run: the words transcribed only once the pause asks.
+    for ahead in [false, true] {
+        turn_overhead(
+            whisper.clone(),
+            TurnWay {
+                name: if ahead {
+                    "Piper, a pause judged by its words and Smart Turn after 200 ms, the words transcribed ahead"
+                } else {
+                    "Piper, a pause judged by its words and Smart Turn after 200 ms, the words transcribed at the pause (baseline)"
+                },
+                synthesizer: piper.clone(),
+                turn: turn.clone(),
+                pause_ms: 200.0,
+                ahead,
+                rounds: 16,
+            },
+        );
+    }
 }

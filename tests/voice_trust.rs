@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 
 use jarvis::config::ListenMode;
-use jarvis::voice::listen::Shared;
+use jarvis::voice::listen::{ListenEvent, Shared};
 use jarvis::voice::{
     fixtures, models, Espeak, Heard, Listener, SegmenterSettings, Synthesizer, Transcriber,
     UtteranceReport,
@@ -373,4 +373,131 @@ fn a_question_begun_just_before_the_wake_word_is_detected_is_kept_whole() {
     // start: "is it?").
     let heard = question_after_a_late_wake_word(true, 200);
     assert_eq!(questions(&heard), ["What time is it?"], "{heard:?}");
+}
+
+/// Whisper's place: hands over how many samples each call was given, and answers by that.
+struct Told {
+    asked: std::sync::Mutex<std::sync::mpsc::Sender<usize>>,
+    words: fn(usize) -> &'static str,
+}
+
+impl Transcriber for Told {
+    fn transcribe(
+        &self,
+        samples: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        self.asked.lock().unwrap().send(samples.len()).unwrap();
+        Ok(jarvis::voice::stt::Transcript {
+            text: (self.words)(samples.len()).into(),
+            no_speech: 0.0,
+        })
+    }
+}
+
+/// A hands-free listener judging pauses as the voice loop does, with `words` for whisper's.
+fn told(words: fn(usize) -> &'static str) -> (Listener, std::sync::mpsc::Receiver<usize>) {
+    let (asked, asks) = std::sync::mpsc::channel();
+    let transcriber = Arc::new(Told {
+        asked: std::sync::Mutex::new(asked),
+        words,
+    });
+    let listener = Listener::new(
+        ListenMode::HandsFree,
+        transcriber,
+        None,
+        0.5,
+        Shared::default(),
+    )
+    .with_turn(turn());
+    (listener, asks)
+}
+
+/// `text` said, up to its last sound (espeak-ng ends a clip with quiet of its own).
+fn samples(text: &str) -> Vec<i16> {
+    let mut said: Vec<i16> = fixtures::said(text, 0)
+        .unwrap()
+        .iter()
+        .map(|s| jarvis::voice::audio::to_i16(*s))
+        .collect();
+    let end = said
+        .iter()
+        .rposition(|s| s.unsigned_abs() > 300)
+        .unwrap_or(0);
+    said.truncate(end + 1);
+    said
+}
+
+/// Feeds `sound` frame by frame: what was heard.
+fn feed(listener: &mut Listener, sound: &[i16]) -> Vec<(Heard, String)> {
+    let mut heard = Vec::new();
+    for frame in jarvis::voice::audio::frames_of(sound) {
+        for event in listener.push(&frame).unwrap() {
+            if let ListenEvent::Heard(report) = event {
+                heard.push((report.heard, report.text));
+            }
+        }
+    }
+    heard
+}
+
+#[test]
+fn the_words_are_transcribed_while_the_pause_is_still_being_waited_for() {
+    // Whisper takes ~170 ms: started only once the pause asks (200 ms of quiet), it came on top
+    // of it. Started at the first moments of quiet, the words are ready when the pause asks.
+    let (mut listener, asks) = told(|_| "What time is it?");
+    let room = fixtures::quiet_room(3);
+    let question = samples("What time is it?");
+    assert!(feed(&mut listener, &room[..8_000]).is_empty());
+    let during = feed(&mut listener, &question);
+    assert!(during.is_empty(), "{during:?}");
+    // 160 ms of quiet: less than the pause that asks whether the turn is over.
+    assert!(feed(&mut listener, &room[..160 * 16]).is_empty());
+    let given = asks
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the words asked for before the pause");
+    assert!(
+        given >= question.len(),
+        "the whole question: {given} samples"
+    );
+    let heard = feed(&mut listener, &room[..16_000]);
+    assert_eq!(heard, [(Heard::Question, "What time is it?".to_string())]);
+    assert!(
+        asks.try_recv().is_err(),
+        "the pause used the words made ahead, not a second transcription"
+    );
+}
+
+#[test]
+fn words_transcribed_ahead_of_a_pause_the_person_talked_through_are_not_used() {
+    // "Book a table for" — 160 ms — "four people at eight.": the first quiet starts a
+    // transcription of the half; the pause at the end must judge the whole.
+    let room = fixtures::quiet_room(3);
+    let (half, rest) = (
+        samples("Book a table for"),
+        samples("four people at eight."),
+    );
+    // Whisper hears the whole only in audio that holds it.
+    static WHOLE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    WHOLE.get_or_init(|| half.len() + 160 * 16 + rest.len());
+    let (mut listener, asks) = told(|n| {
+        if n >= WHOLE.get().copied().unwrap_or(usize::MAX) {
+            "Book a table for four people at eight."
+        } else {
+            "Book a table for."
+        }
+    });
+    let mut heard = feed(&mut listener, &room[..8_000]);
+    heard.extend(feed(&mut listener, &half));
+    heard.extend(feed(&mut listener, &room[..160 * 16]));
+    asks.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the half transcribed ahead");
+    heard.extend(feed(&mut listener, &rest));
+    heard.extend(feed(&mut listener, &room[..32_000]));
+    assert_eq!(
+        heard,
+        [(
+            Heard::Question,
+            "Book a table for four people at eight.".to_string()
+        )]
+    );
 }

@@ -54,6 +54,9 @@ pub struct VoiceOptions {
     /// Whether Jarvis's own voice is taken out of what the microphone hears (off only to measure
     /// the loop without it).
     pub cancel_echo: bool,
+    /// Whether the words of a pause are transcribed ahead of it, from its first moments of quiet
+    /// (off only to measure the loop without it).
+    pub transcribe_ahead: bool,
     /// Where the voice conversation stood as the loop began to be built: an answer that ended
     /// after it, before the loop followed the conversation, was never heard and is said. `None`:
     /// an answer that had ended is taken as heard (a loop started anew never says it again).
@@ -79,6 +82,7 @@ impl Default for VoiceOptions {
             wake_idle: Duration::from_secs(10),
             echo_delay_hint_ms: ECHO_DELAY_HINT_MS,
             cancel_echo: true,
+            transcribe_ahead: true,
             heard_until: None,
         }
     }
@@ -332,6 +336,7 @@ fn listen(
     turn: TurnJudge,
     wake: Option<WakeFactory>,
     threshold: f32,
+    ahead: bool,
     shared: Shared,
     events: &mpsc::UnboundedSender<ListenEvent>,
     stop: &AtomicBool,
@@ -349,6 +354,9 @@ fn listen(
     };
     let mut listener =
         Listener::new(mode, transcriber, detector, threshold, shared).with_turn(turn);
+    if !ahead {
+        listener = listener.without_transcribing_ahead();
+    }
     tracing::debug!(?mode, "listening, its models loaded");
     let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
         Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
@@ -610,6 +618,7 @@ impl LoopState {
         let transcriber = self.parts.transcriber.clone();
         let turn = self.parts.turn.clone();
         let threshold = self.options.wake_threshold;
+        let ahead = self.options.transcribe_ahead;
         let shared = self.shared.clone();
         let events = self.events_tx.clone();
         let stop = finish.clone();
@@ -630,6 +639,7 @@ impl LoopState {
                         turn,
                         wake,
                         threshold,
+                        ahead,
                         shared,
                         &events,
                         &stop,

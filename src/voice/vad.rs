@@ -168,6 +168,11 @@ impl Segmenter {
         }
     }
 
+    /// How it cuts utterances.
+    pub fn settings(&self) -> SegmenterSettings {
+        self.settings
+    }
+
     /// Whether an utterance is open.
     pub fn in_speech(&self) -> bool {
         self.current.is_some()
@@ -289,6 +294,13 @@ impl Segmenter {
         self.current
             .as_ref()
             .map(|open| open.onset_frame * FRAME_MS)
+    }
+
+    /// The open utterance's voiced frames so far, and the quiet frames since its last voiced one.
+    pub fn open_quiet(&self) -> Option<(usize, usize)> {
+        self.current
+            .as_ref()
+            .map(|open| (open.voiced, open.unvoiced_run))
     }
 
     /// The open utterance's samples so far (pre-roll and quiet included).
