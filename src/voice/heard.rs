@@ -198,6 +198,13 @@ pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     if said.iter().all(|w| FILLERS.contains(&w.as_str())) {
         return Heard::Filler;
     }
+    // Whisper writes a hesitation it cannot spell as a lone vowel ("uh" as "U.", "ah" as "A.",
+    // "oh" as "O."). (A lone consonant may be an answer: "B." to "A or B?".)
+    if let [word] = said.as_slice() {
+        if matches!(word.as_str(), "a" | "e" | "i" | "o" | "u") {
+            return Heard::Filler;
+        }
+    }
     if context.began_while_speaking && is_echo(&said, context.recent_answers) {
         return Heard::Echo;
     }
@@ -239,6 +246,13 @@ mod tests {
         assert_eq!(plain("Um."), Heard::Filler);
         assert_eq!(plain("Uh, um..."), Heard::Filler);
         assert_eq!(plain("Hmm?"), Heard::Filler);
+        // A hesitation whisper could not spell, written as a lone vowel.
+        assert_eq!(plain("U."), Heard::Filler);
+        assert_eq!(plain("A..."), Heard::Filler);
+        assert_eq!(plain("O!"), Heard::Filler);
+        assert_eq!(plain("B."), Heard::Question, "an answer to 'A or B?'");
+        assert_eq!(plain("5."), Heard::Question);
+        assert_eq!(plain("A cat."), Heard::Question);
         assert_eq!(plain("Um, what time is it?"), Heard::Question);
     }
 
