@@ -396,6 +396,72 @@ async fn an_unwatched_idle_conversation_is_forgotten_after_the_keep_time() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_keep_time_forget_waits_for_a_chat_window_reply_and_keeps_the_listening_chosen() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("Short."));
+    let dir = Dir::new();
+    let config = dir.config(settings(BackendKind::Openai, &stub));
+    let backend = jarvis::llm::from_config(&config, &env_with(&[])).unwrap();
+    let mut options = ServiceOptions::from_settings(&config.settings);
+    options.voice_keep = Duration::from_millis(300);
+    options.wake_while_hidden = true;
+    let service = Service::start(dir.store(), backend, options);
+    let mut orb = Orb::attach(&service).await;
+    started(service.voice_ask("Hi").await.unwrap());
+    orb.endings(1).await;
+    orb.status_until(|s| s.replying.is_none()).await;
+    // Listening for "Hey Jarvis", kept on while the orb is hidden.
+    service.set_listen_mode(ListenMode::Wake).await.unwrap();
+    service.set_listening(true).await.unwrap();
+    let chat = orb
+        .status_until(|s| s.listening && s.mode == ListenMode::Wake)
+        .await
+        .chat
+        .expect("the conversation has a chat");
+    // The chat window asks on the conversation's chat (it is saved); its reply is held.
+    let gate = held(&stub, "A long answer written for the chat window.");
+    let reply = service
+        .ask(chat, "And a question typed in the chat window.")
+        .await
+        .unwrap();
+    let mut window = service.attach(chat).await.unwrap();
+    service.set_orb_shown(false).await.unwrap();
+    drop(orb);
+    // Unwatched for three keep times while the window's reply runs: nothing is forgotten, and
+    // nothing is stopped.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        service.activity().borrow().conversation,
+        "forgotten mid-reply"
+    );
+    gate.release();
+    let events = until_end(&mut window, reply).await;
+    assert!(
+        matches!(
+            events.last(),
+            Some(Event::ReplyEnded {
+                state: ReplyState::Done,
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    // Then, idle for the keep time, it is forgotten, and the wake word still listens.
+    tokio::time::timeout(LIMIT, async {
+        while service.activity().borrow().conversation {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("forgotten once idle for the keep time");
+    let status = service.voice_status().borrow().clone();
+    assert!(
+        status.listening && status.mode == ListenMode::Wake,
+        "{status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn stop_reply_from_the_tray_stops_every_reply_and_the_activity_says_so() {
     let stub = Stub::start().await.unwrap();
     // Neither is released: only Stop reply ends them.

@@ -805,10 +805,18 @@ impl Actor {
     /// Forgets the voice conversation once nobody has watched it, with nothing running or
     /// waiting, for the keep time.
     pub(super) async fn forget_idle_voice(&mut self) {
+        // Any reply of its chat keeps it (one asked in the chat window too): forgetting never
+        // stops anything.
+        let writing = self
+            .voice
+            .chat()
+            .and_then(|chat| self.chats.get(&chat))
+            .is_some_and(|c| c.writing().is_some());
         let idle = self.voice.chat().is_some()
             && !self.voice.watched()
             && self.voice.queue.is_empty()
-            && self.voice.status.borrow().replying.is_none();
+            && self.voice.status.borrow().replying.is_none()
+            && !writing;
         if !idle {
             self.voice.idle_since = None;
             return;
@@ -816,7 +824,10 @@ impl Actor {
         let since = *self.voice.idle_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= self.options.voice_keep {
             tracing::debug!("forgetting the idle voice conversation");
-            self.end_conversation().await;
+            // As after a goodbye: nothing is stopped, and the microphone listens as the user
+            // chose (the wake word while hidden still wakes it).
+            self.end_after_goodbye().await;
+            self.voice.update(|s| s.answered_away = None);
             self.publish_activity();
         }
     }
