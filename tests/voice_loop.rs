@@ -179,6 +179,15 @@ impl Rig {
         self.next_reply().await
     }
 
+    /// Types `question` into the orb, `script` answering it: the reply, once written whole.
+    async fn typed_and_answered(&mut self, question: &str, script: Script) -> ReplyId {
+        self.stub.push(script);
+        self.service.voice_ask(question).await.unwrap();
+        let reply = self.next_reply().await;
+        assert_eq!(self.end_of(reply).await, ReplyState::Done);
+        reply
+    }
+
     /// The next of the conversation's replies to start, as the orb is told of it: its events
     /// miss no reply, however short, where a look at the status could.
     async fn next_reply(&mut self) -> ReplyId {
@@ -655,6 +664,41 @@ async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodby
     rig.until("awake again", |s| s.awake).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_conversation_stays_open_its_quiet_spell_after_an_answer_said_long_past_its_text() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig_in(
+        ListenMode::Wake,
+        |_| {},
+        whisper(),
+        Arc::new(Espeak::default()),
+        None,
+        VoiceOptions {
+            wake_idle: Duration::from_secs(2),
+            ..VoiceOptions::default()
+        },
+    )
+    .await;
+    rig.feed.say(&speech("Hey Jarvis.").then(&silence(700)));
+    assert_eq!(rig.next_heard().await.heard, Heard::Wake);
+    rig.until("awake", |s| s.awake).await;
+    // The whole text at once; saying it takes about three times the quiet spell.
+    rig.stub.push(Script::text(
+        "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.",
+    ));
+    let reply = rig.ask("What is the capital of France?").await;
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.until_played("the answer said", |r| {
+        r.arrivals().len() == 3 && !r.is_playing()
+    })
+    .await;
+    // The follow-up, without the wake word, as soon as the answer has been said.
+    rig.stub.push(streamed("Madrid is the capital of Spain."));
+    let follow = rig.say(&speech("And what about Spain?")).await;
+    assert_eq!(follow.heard, Heard::Question, "{follow:?}");
+    rig.next_reply().await;
+}
+
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -1068,10 +1112,8 @@ async fn a_voice_loop_started_anew_does_not_say_the_last_answer_again() {
         recorder.arrivals()
     );
     // A new answer is said by the new loop.
-    rig.stub.push(streamed("Rome is the capital of Italy."));
-    rig.service.voice_ask("And of Italy?").await.unwrap();
-    let reply = rig.next_reply().await;
-    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.typed_and_answered("And of Italy?", streamed("Rome is the capital of Italy."))
+        .await;
     eventually("the new answer to be spoken by the new loop", || {
         !recorder.arrivals().is_empty()
     })
@@ -1180,23 +1222,20 @@ async fn stop_said_while_the_voice_lags_behind_silences_the_answers_written_mean
 async fn a_new_conversations_first_answer_is_said_even_when_it_ends_before_the_loop_follows_it() {
     let _one = SERIAL.lock().await;
     let (voice, mut rig) = held_voice_rig().await;
-    rig.stub
-        .push(Script::text("Paris is the capital of France."));
-    rig.stub
-        .push(Script::text("Madrid is the capital of Spain."));
-    rig.service
-        .voice_ask("What is the capital of France?")
-        .await
-        .unwrap();
-    let first = rig.next_reply().await;
-    assert_eq!(rig.end_of(first).await, ReplyState::Done);
+    rig.typed_and_answered(
+        "What is the capital of France?",
+        Script::text("Paris is the capital of France."),
+    )
+    .await;
     // The loop is busy making the first answer's sound (held) while the conversation is ended
     // and a new one is asked and answered whole: it comes to follow the new chat only after.
     eventually("the loop to begin to speak", || !voice.asked().is_empty()).await;
     rig.service.end_conversation().await.unwrap();
-    rig.service.voice_ask("And of Spain?").await.unwrap();
-    let second = rig.next_reply().await;
-    assert_eq!(rig.end_of(second).await, ReplyState::Done);
+    rig.typed_and_answered(
+        "And of Spain?",
+        Script::text("Madrid is the capital of Spain."),
+    )
+    .await;
     voice.release();
     eventually("the new conversation's answer to be said", || {
         voice
@@ -1222,13 +1261,11 @@ async fn the_voice_is_shown_speaking_from_its_first_sentence_while_the_loop_make
     // handed to the speaker, and making it takes a loaded machine long (held here).
     let answer =
         "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
-    rig.stub.push(Script::text(answer).deltas_of(answer.len()));
-    rig.service
-        .voice_ask("What is the capital of France?")
-        .await
-        .unwrap();
-    let reply = rig.next_reply().await;
-    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.typed_and_answered(
+        "What is the capital of France?",
+        Script::text(answer).deltas_of(answer.len()),
+    )
+    .await;
     rig.until_played("the first sentence", |r| !r.arrivals().is_empty())
         .await;
     eventually("the second sentence to be asked for", || {
@@ -1259,14 +1296,11 @@ async fn a_one_sentence_answer_is_shown_speaking_while_its_voice_is_made() {
     let _one = SERIAL.lock().await;
     let (voice, mut rig) = held_voice_rig().await;
     // One sentence: it is made only once the reply's text is complete.
-    rig.stub
-        .push(Script::text("Paris is the capital of France."));
-    rig.service
-        .voice_ask("What is the capital of France?")
-        .await
-        .unwrap();
-    let reply = rig.next_reply().await;
-    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    rig.typed_and_answered(
+        "What is the capital of France?",
+        Script::text("Paris is the capital of France."),
+    )
+    .await;
     eventually("the sentence to be asked for", || !voice.asked().is_empty()).await;
     // Its sound is still being made (held): Jarvis is about to say it, and Stop is offered (and a
     // settings change waits for it rather than replacing the loop that is to say it).
@@ -1288,10 +1322,11 @@ async fn a_goodbye_lets_the_answer_being_said_play_out_and_its_voice_end() {
     // the runtime's choice: four rounds, so a loop that left the chat first is caught.)
     for round in 0..4 {
         let (voice, mut rig) = held_voice_rig().await;
-        rig.stub.push(Script::text(answer).deltas_of(answer.len()));
-        rig.service.voice_ask("Thanks, that's all.").await.unwrap();
-        let reply = rig.next_reply().await;
-        assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+        rig.typed_and_answered(
+            "Thanks, that's all.",
+            Script::text(answer).deltas_of(answer.len()),
+        )
+        .await;
         // The loop is held making the first sentence while the conversation is ended.
         eventually("the loop to begin to speak", || !voice.asked().is_empty()).await;
         rig.service.voice_goodbye().await.unwrap();
@@ -1313,40 +1348,48 @@ async fn a_goodbye_lets_the_answer_being_said_play_out_and_its_voice_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reading_an_answer_again_over_one_being_said_keeps_where_that_one_was_cut() {
+async fn read_aloud_over_an_answer_being_said_waits_for_it_and_cuts_nothing() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    rig.stub
-        .push(Script::text("Paris is the capital of France."));
-    let first = rig.ask("What is the capital of France?").await;
-    assert_eq!(rig.end_of(first).await, ReplyState::Done);
+    let first = rig
+        .typed_and_answered(
+            "What is the capital of Spain?",
+            Script::text("Madrid is the capital of Spain."),
+        )
+        .await;
     rig.until_played("the first answer", |r| {
         !r.arrivals().is_empty() && !r.is_playing()
     })
     .await;
-    rig.stub.push(Script::text(long_answer()));
-    let second = rig.ask("Tell me about Paris.").await;
-    assert_eq!(rig.end_of(second).await, ReplyState::Done);
+    rig.until("the voice to end", |s| !s.speaking).await;
+    let answer =
+        "Paris is the capital of France. It lies on the Seine. It is known for the Eiffel Tower.";
+    let second = rig
+        .typed_and_answered("What is the capital of France?", Script::text(answer))
+        .await;
     let before = rig.recorder.played();
-    rig.until_played("1.5 s of the second answer", |r| {
-        r.played() >= before + Duration::from_millis(1500)
+    rig.until_played("a second of the second answer", |r| {
+        r.played() >= before + Duration::from_secs(1)
     })
     .await;
-    // Play answer on the first, while the second is being said: the second is cut there, as by
-    // Stop, and the next question is told where.
+    // Read aloud (the orb's Play answer) on the first while the second is being said.
     rig._voice.replay(first).await;
-    let service = rig.service.clone();
-    let mut heard = None;
-    eventually("where the second answer was cut to be kept", || {
-        heard = service.store().reply(second).unwrap().unwrap().heard;
-        heard.is_some()
+    rig.until_played("the answer, then the one read again", |r| {
+        r.arrivals().len() == 5 && !r.is_playing()
     })
     .await;
-    let heard = heard.unwrap();
+    rig.until("the voice to end", |s| !s.speaking).await;
+    // Nothing was cut: every clip played whole, the one read again last.
+    let arrivals = rig.recorder.arrivals();
+    let made: Duration = arrivals.iter().map(|(_, length)| *length).sum();
     assert!(
-        long_answer().starts_with(&heard) && heard.len() < long_answer().len(),
-        "{heard:?}"
+        rig.recorder.played() + Duration::from_millis(50) >= made,
+        "played {:?} of {made:?}: {arrivals:?}",
+        rig.recorder.played()
     );
+    assert_eq!(arrivals[4].1, arrivals[0].1, "{arrivals:?}");
+    let stored = rig.service.store().reply(second).unwrap().unwrap();
+    assert_eq!(stored.heard, None, "the answer being said was heard whole");
 }
 
 /// About thirty seconds of Jarvis talking.

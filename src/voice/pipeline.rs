@@ -258,6 +258,7 @@ impl VoiceLoop {
             chat_at_start,
             stopped_through: None,
             replays: replays.clone(),
+            waiting_replays: Default::default(),
         };
         let task = tokio::spawn(state.run(events, command_rx));
         VoiceLoop {
@@ -427,6 +428,8 @@ struct LoopState {
     chat_at_start: Option<ChatId>,
     /// Replays asked for and not yet made (shared with [`VoiceLoop::sounding`]).
     replays: Arc<std::sync::atomic::AtomicUsize>,
+    /// Answers asked to be read again, waiting for the voice to be quiet.
+    waiting_replays: std::collections::VecDeque<ReplyId>,
     /// The conversation's newest reply when Stop was last said: it and every reply before it are
     /// not spoken, however far behind the loop was reading them (answers written while it spoke
     /// an earlier one are stopped with it).
@@ -485,8 +488,8 @@ impl LoopState {
                 },
                 Some(command) = commands.recv() => match command {
                     LoopCommand::Replay(reply) => {
-                        self.replay(reply).await;
-                        self.replays.fetch_sub(1, Ordering::SeqCst);
+                        self.waiting_replays.push_back(reply);
+                        self.replay_when_quiet().await;
                     }
                 },
                 _ = tick.tick() => self.on_tick().await,
@@ -508,6 +511,9 @@ impl LoopState {
         match signal {
             Ok(VoiceSignal::Stop) => {
                 self.cut().await;
+                // Answers asked to be read again are not read after a stop either.
+                let dropped = std::mem::take(&mut self.waiting_replays).len();
+                self.replays.fetch_sub(dropped, Ordering::SeqCst);
                 if let Some((chat, _)) = &self.chat {
                     let newest = self.service.last_reply(*chat).await.ok().flatten();
                     self.stopped_through = newest.map(|r| r.id).max(self.stopped_through);
@@ -811,6 +817,7 @@ impl LoopState {
 
     async fn on_tick(&mut self) {
         self.speaker.refresh();
+        self.replay_when_quiet().await;
         let levels = Levels {
             mic: self.mic.as_ref().map(|_| step(self.shared.mic_level())),
             voice: self.speaker.level().map(step),
@@ -835,6 +842,11 @@ impl LoopState {
         self.watched = watched;
         let status = self.status.borrow().clone();
         let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.busy();
+        if !quiet || self.in_speech {
+            // The quiet spell counts from the end of what was said, not from the answer's last
+            // text (said long after it, at real time).
+            self.last_activity = Instant::now();
+        }
         if self.shared.awake()
             && quiet
             && !self.in_speech
@@ -847,13 +859,23 @@ impl LoopState {
         }
     }
 
+    /// Reads the answers asked to be read again, in turn, once nothing is being said: Read aloud
+    /// never cuts an answer being spoken (nor one it read before).
+    async fn replay_when_quiet(&mut self) {
+        while !self.speaker.busy() {
+            let Some(reply) = self.waiting_replays.pop_front() else {
+                return;
+            };
+            self.replay(reply).await;
+            self.replays.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     async fn replay(&mut self, reply: ReplyId) {
         tracing::debug!(%reply, "replaying");
         let Ok(Some(stored)) = self.service.reply(reply).await else {
             return;
         };
-        // An answer it was saying is cut, and where is kept, as by Stop.
-        self.cut().await;
         if let Err(err) = self.speaker.replay(reply, &stored.text).await {
             tracing::warn!(%err, "the answer could not be played");
         }
