@@ -462,6 +462,55 @@ async fn the_keep_time_forget_waits_for_a_chat_window_reply_and_keeps_the_listen
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_hidden_orb_holds_no_open_microphone_after_its_setting_or_its_mode_changes() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let config = dir.config(settings(BackendKind::Openai, &stub));
+    let backend = jarvis::llm::from_config(&config, &env_with(&[])).unwrap();
+    let mut options = ServiceOptions::from_settings(&config.settings);
+    options.wake_while_hidden = true;
+    let service = Service::start(dir.store(), backend, options.clone());
+    let mut orb = Orb::attach(&service).await;
+    service.set_listen_mode(ListenMode::Wake).await.unwrap();
+    service.set_listening(true).await.unwrap();
+    orb.status_until(|s| s.listening && s.mode == ListenMode::Wake)
+        .await;
+    // Hidden, it listens for "Hey Jarvis", as the setting says.
+    service.set_orb_shown(false).await.unwrap();
+    // The setting turned off while hidden: the microphone closes.
+    let off = ServiceOptions {
+        wake_while_hidden: false,
+        ..options.clone()
+    };
+    service.reconfigure(None, off).await.unwrap();
+    orb.status_until(|s| !s.listening).await;
+
+    // On again, listening for the wake word while hidden; then a mode chosen during a reply is
+    // taken up after it, still hidden: hands-free is never listened in by a hidden orb.
+    service.reconfigure(None, options).await.unwrap();
+    service.set_orb_shown(true).await.unwrap();
+    service.set_listening(true).await.unwrap();
+    service.set_orb_shown(false).await.unwrap();
+    let gate = held(
+        &stub,
+        "An answer written slowly enough to choose a mode during it.",
+    );
+    started(service.voice_ask("Hi").await.unwrap());
+    service
+        .set_listen_mode(ListenMode::HandsFree)
+        .await
+        .unwrap();
+    let during = orb
+        .status_until(|s| s.pending_mode == Some(ListenMode::HandsFree))
+        .await;
+    assert!(during.listening, "the wake word listens while hidden");
+    gate.release();
+    // Its first word on the mode taken up is that the microphone is off.
+    let after = orb.status_until(|s| s.mode == ListenMode::HandsFree).await;
+    assert!(!after.listening, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn stop_reply_from_the_tray_stops_every_reply_and_the_activity_says_so() {
     let stub = Stub::start().await.unwrap();
     // Neither is released: only Stop reply ends them.

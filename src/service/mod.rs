@@ -674,6 +674,9 @@ impl Actor {
                 if self.options.recall.is_none() {
                     self.options.recall = recall;
                 }
+                // "Listen for Hey Jarvis while hidden" turned off while hidden closes it now.
+                self.voice
+                    .quiet_while_hidden(self.options.wake_while_hidden);
             }
         }
     }

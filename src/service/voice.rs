@@ -124,6 +124,8 @@ pub(crate) struct Voice {
     pub goodbye_after: Option<ReplyId>,
     /// Windows attached now.
     pub windows: Windows,
+    /// The orb was last hidden (and not shown since, nor called up by push to talk).
+    pub hidden: bool,
 }
 
 /// Counts the windows attached to the voice conversation (the voice loop itself is not one).
@@ -166,6 +168,16 @@ impl Voice {
             discard: Vec::new(),
             goodbye_after: None,
             windows: Windows::default(),
+            hidden: false,
+        }
+    }
+
+    /// While the orb is hidden, whatever changed the mode or the setting (`keep_wake`): it holds
+    /// no open microphone unless it listens for the wake word and the wake word is kept on while
+    /// hidden.
+    pub fn quiet_while_hidden(&self, keep_wake: bool) {
+        if self.hidden {
+            self.orb_hidden(keep_wake);
         }
     }
 
@@ -228,12 +240,7 @@ impl Voice {
     /// The orb was hidden: a hidden orb holds no open microphone, unless it listens for the wake
     /// word and the settings keep the wake word on while hidden (`keep_wake`).
     pub fn orb_hidden(&self, keep_wake: bool) {
-        self.update(|s| {
-            if !(keep_wake && s.mode == ListenMode::Wake) {
-                s.listening = false;
-                s.awake = false;
-            }
-        });
+        self.update(|s| close_while_hidden(s, keep_wake));
     }
 
     /// Publishes a change, with the queue as it stands; windows wake only on a real change.
@@ -245,6 +252,15 @@ impl Voice {
             status.queue.clone_from(&queue);
             *status != before
         });
+    }
+}
+
+/// A hidden orb's rule: no open microphone unless it listens for the wake word and the settings
+/// keep the wake word on while hidden (`keep_wake`).
+fn close_while_hidden(s: &mut VoiceStatus, keep_wake: bool) {
+    if !(keep_wake && s.mode == ListenMode::Wake) {
+        s.listening = false;
+        s.awake = false;
     }
 }
 
@@ -582,8 +598,18 @@ impl Actor {
             VoiceCommand::End { respond } => {
                 let _ = respond.send(self.end_conversation().await);
             }
-            VoiceCommand::Mode { mode } => self.voice.choose_mode(mode),
-            VoiceCommand::PushToTalk { pressed } => self.voice.push_to_talk(pressed),
+            VoiceCommand::Mode { mode } => {
+                self.voice.choose_mode(mode);
+                self.voice
+                    .quiet_while_hidden(self.options.wake_while_hidden);
+            }
+            VoiceCommand::PushToTalk { pressed } => {
+                // (The shortcut shows the orb first.)
+                if pressed {
+                    self.voice.hidden = false;
+                }
+                self.voice.push_to_talk(pressed)
+            }
             VoiceCommand::Listening { on } => self.voice.set_listening(on),
             VoiceCommand::Awake { awake } => {
                 if awake {
@@ -603,6 +629,7 @@ impl Actor {
                 }
             }
             VoiceCommand::OrbShown { shown } => {
+                self.voice.hidden = !shown;
                 if !shown {
                     self.voice.orb_hidden(self.options.wake_while_hidden);
                 }
@@ -659,12 +686,18 @@ impl Actor {
                 })
                 .unwrap_or((false, false))
         };
+        // (A mode chosen during the reply is taken up now; on a hidden orb, in the same change,
+        // so that the voice loop never sees it listen in a mode a hidden orb does not.)
+        let (hidden, keep_wake) = (self.voice.hidden, self.options.wake_while_hidden);
         self.voice.update(|s| {
             if s.replying == Some(reply) {
                 s.replying = None;
             }
             if let Some(mode) = s.pending_mode.take() {
                 s.mode = mode;
+                if hidden {
+                    close_while_hidden(s, keep_wake);
+                }
             }
             if unwatched && answered {
                 s.answered_away = Some(reply);
@@ -775,6 +808,7 @@ impl Actor {
             return;
         };
         self.voice.queue.clear();
+        let (hidden, keep_wake) = (self.voice.hidden, self.options.wake_while_hidden);
         self.voice.update(|s| {
             s.chat = None;
             s.replying = None;
@@ -782,6 +816,9 @@ impl Actor {
             s.awaiting_answer = false;
             if let Some(mode) = s.pending_mode.take() {
                 s.mode = mode;
+                if hidden {
+                    close_while_hidden(s, keep_wake);
+                }
             }
         });
         self.voice.idle_since = None;
