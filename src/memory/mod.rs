@@ -200,13 +200,23 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
         }
         FORGET if call.arguments.get("confirm").and_then(Value::as_bool) == Some(true) => {
             let id = call.arguments.get("id").and_then(Value::as_i64);
-            store.confirmation(chat).and_then(|pending| match (pending, id) {
-                (Some((asked, _)), Some(id)) if asked == id => {
+            let pending = store
+                .confirmation(chat)
+                .and_then(|pending| Ok((pending, store.confirmation_answered(chat)?)));
+            pending.and_then(|pending| match (pending, id) {
+                ((Some((asked, _)), Some(true)), Some(id)) if asked == id => {
                     store.resolve_confirmation(chat, true).map(|gone| match gone {
                         Some(fact) => format!("Forgotten: \"{}\".", fact.text),
                         None => "That fact was already gone; nothing else was forgotten.".into(),
                     })
                 }
+                // Asked during this very reply: nobody has answered yet, whatever the text read
+                // since says. The question stays for the user's next message.
+                ((Some((asked, _)), Some(false)), Some(id)) if asked == id => Ok(format!(
+                    "Nothing was forgotten: the user has not answered yet. Ask them in your answer \
+                     whether to forget fact {id}, and call forget_fact with confirm only after their \
+                     own next message says yes."
+                )),
                 _ => Ok(format!(
                     "Nothing was forgotten: the user has not been asked to confirm forgetting fact {}. \
                      Call forget_fact with words of the fact first, and ask them.",

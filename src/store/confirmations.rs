@@ -6,6 +6,7 @@ use super::{facts::fact_from_row, now_ms, ChatId, Fact, Store, StoreError};
 
 impl Store {
     /// Asks the user of `chat` to confirm forgetting `fact` (replacing any question pending there).
+    /// Only a user message recorded after this one answers it ([`Store::confirmation_answered`]).
     pub fn set_confirmation(
         &self,
         chat: ChatId,
@@ -24,8 +25,11 @@ impl Store {
         }
         self.lock()
             .execute(
-                "INSERT INTO confirmations (chat_id, fact_id, question, created_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (chat_id) DO UPDATE SET fact_id = ?2, question = ?3, created_at = ?4",
+                "INSERT INTO confirmations (chat_id, fact_id, question, created_at, after_seq)
+                 VALUES (?1, ?2, ?3, ?4,
+                         (SELECT COALESCE(MAX(seq), 0) FROM records WHERE chat_id = ?1 AND role = 'user'))
+                 ON CONFLICT (chat_id) DO UPDATE
+                 SET fact_id = ?2, question = ?3, created_at = ?4, after_seq = excluded.after_seq",
                 params![chat.0, fact, question, now_ms()],
             )
             .map(drop)
@@ -51,6 +55,23 @@ impl Store {
                 "SELECT fact_id, question FROM confirmations WHERE chat_id = ?1",
                 [chat.0],
                 |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Whether the user has spoken in `chat` since the confirmation pending there was asked (a
+    /// message of theirs recorded after it): only then can a yes be theirs. `None` when nothing
+    /// is pending. An ask and a "confirm" in the same reply's tool rounds never count, whatever
+    /// text between them told the model the user agreed.
+    pub fn confirmation_answered(&self, chat: ChatId) -> Result<Option<bool>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM records r
+                                WHERE r.chat_id = c.chat_id AND r.role = 'user' AND r.seq > c.after_seq)
+                 FROM confirmations c WHERE c.chat_id = ?1",
+                [chat.0],
+                |row| row.get(0),
             )
             .optional()
             .map_err(|e| self.err(e))

@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0007_history_since.sql"),
     include_str!("../../migrations/0008_rolling_summaries_and_provenance.sql"),
     include_str!("../../migrations/0009_records_search.sql"),
+    include_str!("../../migrations/0010_confirmation_turn.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
