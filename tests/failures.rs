@@ -181,6 +181,37 @@ async fn a_stall_past_the_idle_timeout_fails_promptly() {
     }
 }
 
+/// Issue 28 item 12: after the first word, a server that sends only keep-alives (an Anthropic
+/// `ping`, an SSE comment) held the reply — and on the local one-at-a-time backend every other
+/// chat — until Stop. Keep-alives keep the connection, not the answer: it fails, named, keeping
+/// what was written.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_that_only_sends_keep_alives_after_its_first_words_fails_as_stalled() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        let gate = stub.gate();
+        stub.push(
+            Script::text("Hello there")
+                .deltas_of(5)
+                .held_after(1, &gate),
+        );
+        let mut s = settings(kind, &stub);
+        s.timeouts.stall_secs = 1.5;
+        let (_, _, stored) = run_one(s, &stub).await;
+        assert!(gate.is_reached(), "{kind}: it was held with keep-alives");
+        assert_eq!(
+            (stored.state, stored.text.as_str()),
+            (ReplyState::Failed, "Hello"),
+            "{kind}"
+        );
+        assert_eq!(
+            stored.reason.as_deref(),
+            Some("the answer stalled: no new words for 1.5 s"),
+            "{kind}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn no_first_token_in_time_is_a_named_failure() {
     let stub = Stub::start().await.unwrap();

@@ -209,6 +209,9 @@ pub struct Timeouts {
     pub first_token_secs: f64,
     /// Between two pieces of the stream once it flows.
     pub idle_secs: f64,
+    /// Once the answer began, how long it may go without a word (or a tool call's piece):
+    /// keep-alives do not count, so a server that only pings cannot hold a reply forever.
+    pub stall_secs: f64,
 }
 
 impl Default for Timeouts {
@@ -217,6 +220,7 @@ impl Default for Timeouts {
             connect_secs: 10.0,
             first_token_secs: 120.0,
             idle_secs: 60.0,
+            stall_secs: 120.0,
         }
     }
 }
@@ -233,6 +237,10 @@ impl Timeouts {
     /// The between-events timeout.
     pub fn idle(&self) -> Duration {
         secs(self.idle_secs)
+    }
+    /// The between-words timeout once the answer began.
+    pub fn stall(&self) -> Duration {
+        secs(self.stall_secs)
     }
 }
 
@@ -520,6 +528,7 @@ impl Settings {
             ("connect_secs", t.connect_secs),
             ("first_token_secs", t.first_token_secs),
             ("idle_secs", t.idle_secs),
+            ("stall_secs", t.stall_secs),
         ] {
             if !(secs.is_finite() && secs > 0.0) {
                 return Err(malformed(format!(

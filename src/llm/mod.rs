@@ -214,6 +214,12 @@ pub enum LlmError {
         /// The limit.
         secs: f64,
     },
+    /// The answer began and then sent no word for too long (only keep-alives, or nothing).
+    #[error("the answer stalled: no new words for {secs} s")]
+    Stalled {
+        /// The limit.
+        secs: f64,
+    },
     /// The stream went quiet.
     #[error("the stream stalled: nothing arrived for {secs} s")]
     IdleTimeout {
@@ -549,38 +555,54 @@ pub enum Guarded {
     },
 }
 
+/// The limits of the guarded path (a reply's and housekeeping's alike).
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// Retries before the first token.
+    pub retry: RetrySettings,
+    /// How long the first token may take.
+    pub first_token: Duration,
+    /// How long the answer, once begun, may go without content (keep-alives do not count).
+    pub stall: Duration,
+}
+
 /// Streams `request` from `backend`, retrying 429 / 529 / overloaded / 5xx before the first token
 /// (honouring `retry-after`, a bounded number of times) and failing with
-/// [`LlmError::FirstTokenTimeout`] if no answer begins in time. After the first token an error
-/// ends the stream.
+/// [`LlmError::FirstTokenTimeout`] if no answer begins in time, and with [`LlmError::Stalled`] if
+/// once begun no content comes for `guard.stall` (a server sending only keep-alives holds
+/// nothing forever). After the first token an error ends the stream.
 pub fn guarded(
     backend: Arc<dyn Backend>,
     request: Request,
-    retry: RetrySettings,
-    first_token: Duration,
+    guard: Guard,
 ) -> impl Stream<Item = Result<Guarded, LlmError>> + Send + 'static {
     async_stream::stream! {
+        let Guard { retry, first_token, stall } = guard;
         let mut attempt: u32 = 0;
         'attempts: loop {
             let mut events = backend.stream(request.clone());
-            let deadline = tokio::time::Instant::now() + first_token;
+            // Until the first token, then from each piece of content.
+            let mut deadline = tokio::time::Instant::now() + first_token;
             let mut began = false;
             loop {
-                let next = if began {
-                    events.next().await
-                } else {
-                    match tokio::time::timeout_at(deadline, events.next()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            yield Err(LlmError::FirstTokenTimeout { secs: first_token.as_secs_f64() });
-                            return;
-                        }
+                let next = match tokio::time::timeout_at(deadline, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) if began => {
+                        yield Err(LlmError::Stalled { secs: stall.as_secs_f64() });
+                        return;
+                    }
+                    Err(_) => {
+                        yield Err(LlmError::FirstTokenTimeout { secs: first_token.as_secs_f64() });
+                        return;
                     }
                 };
                 match next {
                     None => return,
                     Some(Ok(event)) => {
-                        began |= event.is_content();
+                        if event.is_content() {
+                            began = true;
+                            deadline = tokio::time::Instant::now() + stall;
+                        }
                         yield Ok(Guarded::Event(event));
                     }
                     Some(Err(err)) => {

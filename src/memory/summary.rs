@@ -3,12 +3,10 @@
 //! is logged and changes nothing the user sees.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 
 use super::recall::Recall;
-use crate::config::RetrySettings;
 use crate::llm::{self, Backend, Guarded, LlmError, LlmEvent, Message, MessageRole, Request};
 use crate::store::{ChatId, Role, Store};
 
@@ -193,14 +191,9 @@ pub fn compact_request(
 }
 
 /// How a housekeeping call reaches the backend: the same guarded path as a reply — its connect
-/// and idle timeouts (the backend's), retries before the first token and the first-token deadline.
-#[derive(Debug, Clone)]
-pub struct Guard {
-    /// Retries before the first token.
-    pub retry: RetrySettings,
-    /// How long the first token may take.
-    pub first_token: Duration,
-}
+/// and idle timeouts (the backend's), retries before the first token, the first-token deadline
+/// and the stall limit.
+pub use crate::llm::Guard;
 
 /// Streams a request's text to its end (no tools) on the guarded path.
 pub async fn complete(
@@ -208,7 +201,7 @@ pub async fn complete(
     request: Request,
     guard: &Guard,
 ) -> Result<String, LlmError> {
-    let stream = llm::guarded(backend, request, guard.retry.clone(), guard.first_token);
+    let stream = llm::guarded(backend, request, guard.clone());
     futures::pin_mut!(stream);
     let mut text = String::new();
     while let Some(event) = stream.next().await {

@@ -81,6 +81,8 @@ pub struct ServiceOptions {
     pub retry: RetrySettings,
     /// How long the first token may take.
     pub first_token: Duration,
+    /// How long an answer, once begun, may go without a word.
+    pub stall: Duration,
     /// Progress is stored at each sentence end or after this long.
     pub progress: Duration,
     /// The user's name, for the profile block.
@@ -114,6 +116,7 @@ impl ServiceOptions {
         ServiceOptions {
             retry: settings.retry.clone(),
             first_token: settings.timeouts.first_token(),
+            stall: settings.timeouts.stall(),
             progress: Duration::from_millis(settings.replies.progress_ms.max(1)),
             user_name: settings.profile.name.clone(),
             rules: match crate::prompt::rules_from(&settings.profile.rules) {

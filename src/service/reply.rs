@@ -507,6 +507,7 @@ impl ReplyJob {
         memory::summary::Guard {
             retry: self.options.retry.clone(),
             first_token: self.options.first_token,
+            stall: self.options.stall,
         }
     }
 
@@ -518,12 +519,7 @@ impl ReplyJob {
         text: &mut String,
         progress: &mut Progress,
     ) -> Round {
-        let stream = llm::guarded(
-            self.backend.clone(),
-            request.clone(),
-            self.options.retry.clone(),
-            self.options.first_token,
-        );
+        let stream = llm::guarded(self.backend.clone(), request.clone(), self.guard());
         futures::pin_mut!(stream);
         let mut heartbeat = tokio::time::interval(LEASE / 3);
         let mut cut_at_limit = false;
