@@ -478,3 +478,42 @@ async fn a_replying_chat_is_not_deleted_and_an_idle_one_is_deleted_whole() {
         "a window attached to it sees its attachment end"
     );
 }
+
+/// Issue 28 item 13: an end that cannot be stored because another process holds the database
+/// was told "free some space", and its row stayed running — every other Jarvis refused questions
+/// in that chat until this one exited. The cause is named, and once the lock is gone the end is
+/// stored with everything written.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_end_stored_while_another_process_locks_the_database_names_the_lock_and_lands_later() {
+    let stub = Stub::start().await.unwrap();
+    let gate = stub.gate();
+    stub.push(Script::text(ANSWER).deltas_of(8).held_after(1, &gate));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (chat, reply, mut attachment) = ask_new(&service, "Where is Paris?").await;
+    eventually("the reply is held", || gate.is_reached()).await;
+    let holder = rusqlite::Connection::open(dir.db()).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    gate.release();
+    let events = until_end(&mut attachment, reply).await;
+    let (state, reason) = ending(&events);
+    let reason = reason.unwrap_or_default();
+    assert_eq!(state, ReplyState::Failed);
+    assert!(
+        reason.contains("is locked by another process") && !reason.contains("free some space"),
+        "{reason}"
+    );
+    holder.execute_batch("COMMIT").unwrap();
+    let store = dir.store();
+    eventually("the end is stored once the lock is gone", || {
+        store.reply(reply).unwrap().unwrap().state == ReplyState::Failed
+    })
+    .await;
+    let stored = store.reply(reply).unwrap().unwrap();
+    assert_eq!(stored.text, ANSWER, "everything written is kept");
+    let records = store.records(chat).unwrap();
+    assert_eq!(
+        (records.len(), records[1].role, records[1].text.as_str()),
+        (2, Role::Assistant, ANSWER)
+    );
+}

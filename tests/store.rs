@@ -157,6 +157,31 @@ fn a_reply_left_running_by_a_dead_process_is_interrupted_at_the_next_start() {
     assert!(store.live_elsewhere(chat.id).unwrap());
 }
 
+/// A reply whose end its process could not store (a full disk) is given up: its process still
+/// runs, yet another Jarvis may take it and ask in its chat.
+#[test]
+fn a_reply_given_up_by_a_running_jarvis_is_taken_by_another_keeping_its_progress() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let chat = store.create_chat("Chat").unwrap();
+    let (_, r) = store
+        .add_question(chat.id, "question", None, ReplyState::Running)
+        .unwrap();
+    store.save_progress(r.id, "so far").unwrap();
+    store.release_reply(r.id).unwrap();
+    assert!(matches!(
+        store.save_progress(r.id, "more"),
+        Err(StoreError::NotOurs(_))
+    ));
+    assert!(!store.live_elsewhere(chat.id).unwrap(), "nobody holds it");
+    assert_eq!(store.mark_interrupted().unwrap(), 1);
+    let reply = store.reply(r.id).unwrap().unwrap();
+    assert_eq!(
+        (reply.state, reply.text.as_str()),
+        (ReplyState::Interrupted, "so far")
+    );
+}
+
 #[test]
 fn a_database_from_an_older_jarvis_is_upgraded_in_place_keeping_its_chats() {
     let dir = Dir::new();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -98,6 +99,47 @@ impl Outcome {
     }
 }
 
+/// Why a reply's end could not be stored, naming the cause and what the user can do.
+fn unsaved(err: &StoreError) -> String {
+    let cure = if err.is_disk_full() {
+        "; free some space before asking again"
+    } else {
+        ""
+    };
+    format!(
+        "the answer could not be saved ({err}): the chat keeps the question and the answer as \
+         far as it was stored{cure}"
+    )
+}
+
+/// How often, and how many times, the end of a reply that could not be stored is tried again.
+const END_AGAIN: (Duration, u32) = (Duration::from_secs(2), 30);
+
+/// Tries again to store the end of a reply that failed to (a lock another process held, a full
+/// disk): ended as failed with everything written, or at least given up, so no live row of this
+/// process keeps other Jarvis processes out of its chat for as long as this one runs.
+async fn end_unsaved(store: Store, reply: ReplyId, text: String, reason: String) {
+    let (every, times) = END_AGAIN;
+    for _ in 0..times {
+        tokio::time::sleep(every).await;
+        let (s, t, r) = (store.clone(), text.clone(), reason.clone());
+        let ended = blocking(move || {
+            s.finish_reply(reply, ReplyState::Failed, &t, Some(&r))
+                .or_else(|err| match err {
+                    StoreError::NotOurs(_) => Ok(()),
+                    // (A full disk may still take the smaller write.)
+                    _ => s.release_reply(reply),
+                })
+        })
+        .await;
+        match ended {
+            Ok(()) | Err(StoreError::NotOurs(_)) => return,
+            Err(err) => tracing::debug!(%err, %reply, "the end of a reply is still not stored"),
+        }
+    }
+    tracing::error!(%reply, "the end of a reply could not be stored; it stays live until Jarvis exits");
+}
+
 fn ends_sentence(text: &str) -> bool {
     text.contains(['.', '!', '?', '\n', '。', '！', '？'])
 }
@@ -146,12 +188,13 @@ impl ReplyJob {
             }
             Err(err) => {
                 tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
+                let reason = unsaved(&err);
+                let (store, reply) = (self.store.clone(), self.reply);
+                let text = crate::envelope::strip_envelopes(&text);
+                tokio::spawn(end_unsaved(store, reply, text, reason.clone()));
                 Outcome {
                     state: ReplyState::Failed,
-                    reason: Some(format!(
-                        "the answer could not be saved ({err}): the chat keeps the question and \
-                         the answer as far as it was stored; free some space before asking again"
-                    )),
+                    reason: Some(reason),
                 }
             }
         };

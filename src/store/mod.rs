@@ -121,6 +121,14 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the disk holding the database is full (the cure is to free some space).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Sqlite { source, .. }
+            if source.sqlite_error_code() == Some(ErrorCode::DiskFull))
+    }
+}
+
 /// A chat's id.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ts_rs::TS,

@@ -153,9 +153,26 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
         let finished =
-            finish_in(&tx, reply, owner(), state, text, reason).map_err(|e| self.err(e))?;
+            finish_in(&tx, reply, Some(owner()), state, text, reason).map_err(|e| self.err(e))?;
         fenced(reply, usize::from(finished))?;
         tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Gives up a live reply of this process whose end could not be stored: it stays as far as
+    /// its progress was stored, and no longer this process's, so another Jarvis takes it as
+    /// abandoned (marks it interrupted) instead of refusing questions in its chat while this one
+    /// runs. [`StoreError::NotOurs`] when it was not live and ours.
+    pub fn release_reply(&self, reply: ReplyId) -> Result<(), StoreError> {
+        let changed = self
+            .lock()
+            .execute(
+                &format!(
+                    "UPDATE replies SET owner = NULL, owner_pid = NULL, lease_until = NULL WHERE {OURS}"
+                ),
+                params![reply.0, owner()],
+            )
+            .map_err(|e| self.err(e))?;
+        fenced(reply, changed)
     }
 
     /// A reply by id.
@@ -235,7 +252,7 @@ impl Store {
             finish_in(
                 &tx,
                 orphan.id,
-                &orphan.owner,
+                orphan.owner.as_deref(),
                 ReplyState::Interrupted,
                 &orphan.text,
                 Some("Jarvis closed before the reply was finished"),
@@ -252,14 +269,15 @@ impl Store {
 pub(super) fn live_elsewhere(conn: &Connection, chat: ChatId) -> rusqlite::Result<bool> {
     Ok(others_live(conn, Some(chat))?
         .iter()
-        .any(|r| owner_alive(&r.owner, r.pid, r.lease)))
+        .any(|r| owner_alive(r.owner.as_deref(), r.pid, r.lease)))
 }
 
 /// A live reply of another owner, as `others_live` reads it.
 struct Theirs {
     id: ReplyId,
     text: String,
-    owner: String,
+    /// (None: given up by its process.)
+    owner: Option<String>,
     pid: Option<i64>,
     lease: Option<i64>,
 }
@@ -267,7 +285,7 @@ struct Theirs {
 /// The live replies (of `chat`, or of all chats) that other owners hold.
 fn others_live(conn: &Connection, chat: Option<ChatId>) -> rusqlite::Result<Vec<Theirs>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, text, coalesce(owner, ''), owner_pid, lease_until FROM replies
+        "SELECT id, text, owner, owner_pid, lease_until FROM replies
          WHERE state IN ('waiting', 'running') AND owner IS NOT ?1
            AND (?2 IS NULL OR chat_id = ?2)",
     )?;
@@ -290,7 +308,7 @@ fn others_live(conn: &Connection, chat: Option<ChatId>) -> rusqlite::Result<Vec<
 fn orphans(conn: &Connection) -> rusqlite::Result<Vec<Theirs>> {
     Ok(others_live(conn, None)?
         .into_iter()
-        .filter(|r| !owner_alive(&r.owner, r.pid, r.lease))
+        .filter(|r| !owner_alive(r.owner.as_deref(), r.pid, r.lease))
         .collect())
 }
 
@@ -331,7 +349,7 @@ fn insert_reply(
 fn finish_in(
     conn: &Connection,
     reply: ReplyId,
-    owner: &str,
+    owner: Option<&str>,
     state: ReplyState,
     text: &str,
     reason: Option<&str>,
@@ -415,11 +433,15 @@ fn process_identity(pid: u32) -> Option<String> {
 /// Whether the process that owns a reply still runs. An owner written with its start time is
 /// alive while a process of that pid and start time runs; one written without it (by an older
 /// Jarvis) while its pid runs and its lease holds.
-fn owner_alive(owner: &str, pid: Option<i64>, lease: Option<i64>) -> bool {
+fn owner_alive(owner: Option<&str>, pid: Option<i64>, lease: Option<i64>) -> bool {
     let Some(pid) = pid.filter(|&p| process_alive(p)) else {
         return false;
     };
-    let written = owner.split(':').next().unwrap_or_default();
+    let written = owner
+        .unwrap_or_default()
+        .split(':')
+        .next()
+        .unwrap_or_default();
     if !written.contains('.') {
         return lease.unwrap_or(0) >= now_ms();
     }
