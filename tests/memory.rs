@@ -1250,3 +1250,55 @@ async fn a_remembered_fact_names_the_chat_it_was_said_in_until_that_chat_is_dele
         ("The user's dog is called Bruno.", None)
     );
 }
+
+/// Issue 28 item 15: the state block was built once per reply, so a tool loop's later rounds
+/// still said an action ran that had ended (or missed one that began). Each round tells what
+/// runs then.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_round_of_a_tool_loop_tells_the_actions_running_then() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    stub.push(Script::text("Paris is the capital of France."));
+    let summary = stub.gate();
+    stub.push(
+        Script::text("The user asked about the capital of France; it is Paris.")
+            .deltas_of(2)
+            .held_after(1, &summary),
+    );
+    // The follow-up's first round is held until the summary has ended.
+    let first_round = stub.gate();
+    stub.push(
+        Script::text("Let me note that.")
+            .deltas_of(4)
+            .held_after(1, &first_round)
+            .tool_call(
+                "r1",
+                "remember_fact",
+                r#"{"fact": "The user is planning a trip to Paris."}"#,
+            ),
+    );
+    stub.push(Script::text(" Noted."));
+    stub.push(Script::text("The user plans a trip to Paris."));
+    let (chat, _) = ask(&service, None, "What is the capital of France?").await;
+    received_at_least(&stub, 2).await;
+    let reply = service
+        .ask(chat, "I am going there next week.")
+        .await
+        .unwrap();
+    let mut attachment = service.attach(chat).await.unwrap();
+    eventually("the first round is held", || first_round.is_reached()).await;
+    summary.release();
+    eventually("the summary to end", || service.actions_running(chat) == 0).await;
+    first_round.release();
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    let received = stub.received();
+    let (first, second) = (received[2].body.to_string(), received[3].body.to_string());
+    assert!(first.contains("Actions still running: 1"), "{first}");
+    assert!(
+        second.contains("The user is planning a trip to Paris.")
+            && !second.contains("Actions still running"),
+        "the second round still said the summary ran: {second}"
+    );
+}

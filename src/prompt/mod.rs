@@ -205,6 +205,22 @@ impl State {
         lines.push(STATE_CLOSE.to_string());
         lines.join("\n")
     }
+
+    /// Rewrites the state block of a question's message as [`build_request`] made it with `was`
+    /// (its content ends on the block, a blank line and `question`) to this state's, so a later
+    /// round of a tool loop tells what runs then. False, unchanged, when the content is not so.
+    pub fn restate(&self, content: &mut String, was: &State, question: &str) -> bool {
+        let (old, tail) = (was.block(), format!("\n\n{}", question.trim()));
+        let Some(at) = content
+            .strip_suffix(tail.as_str())
+            .and_then(|before| before.strip_suffix(old.as_str()))
+            .map(str::len)
+        else {
+            return false;
+        };
+        content.replace_range(at..at + old.len(), &self.block());
+        true
+    }
 }
 
 pub use crate::envelope::{strip_envelopes, STATE_CLOSE, STATE_OPEN};
@@ -337,6 +353,14 @@ pub fn assemble(
     store: &crate::store::Store,
     a: Assembly<'_>,
 ) -> Result<Request, crate::store::StoreError> {
+    assemble_stated(store, a).map(|(request, _)| request)
+}
+
+/// [`assemble`], with the state its question's block was built from (for [`State::restate`]).
+pub fn assemble_stated(
+    store: &crate::store::Store,
+    a: Assembly<'_>,
+) -> Result<(Request, State), crate::store::StoreError> {
     let pending = match a.chat {
         Some(chat) => store.confirmation(chat)?,
         None => None,
@@ -390,7 +414,7 @@ pub fn assemble(
     } else {
         crate::memory::tools()
     };
-    Ok(request)
+    Ok((request, state))
 }
 
 #[cfg(test)]

@@ -358,8 +358,9 @@ impl ReplyJob {
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
         let running_actions = self.actions.running(chat);
+        let question = history.last().map(|r| r.text.clone()).unwrap_or_default();
         let assembled = blocking(move || {
-            crate::prompt::assemble(
+            crate::prompt::assemble_stated(
                 &store,
                 crate::prompt::Assembly {
                     chat: Some(chat),
@@ -376,10 +377,12 @@ impl ReplyJob {
             )
         })
         .await;
-        let mut request = match assembled {
-            Ok(request) => request,
+        let (mut request, mut state) = match assembled {
+            Ok(assembled) => assembled,
             Err(err) => return Outcome::failed(err),
         };
+        // The question's message: its state block is told again what runs before each round.
+        let asked_at = request.messages.len().saturating_sub(1);
 
         // Progress goes to a writer task so a slow disk never holds up the stream.
         let (progress, writer) =
@@ -394,6 +397,19 @@ impl ReplyJob {
             if round + 1 == MAX_ROUNDS {
                 // The last round must answer in words.
                 request.tools.clear();
+            }
+            let running = self.actions.running(chat);
+            if running != state.running_actions {
+                let was = state.clone();
+                state.running_actions = running;
+                let told = request
+                    .messages
+                    .get_mut(asked_at)
+                    .is_some_and(|asked| state.restate(&mut asked.content, &was, &question));
+                if !told {
+                    tracing::warn!("the state block could not be told again what runs");
+                    state = was;
+                }
             }
             match self.round(&request, text, &mut progress).await {
                 Round::Ended(ended) => {
