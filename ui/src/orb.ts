@@ -11,10 +11,9 @@ import {
   canRetry,
   canStop,
   emptyOrb,
-  MODE_LABEL,
   noticeText,
   phase,
-  PHASE_LABEL,
+  phaseLabel,
   ring,
   type OrbView,
 } from "./orbState";
@@ -77,10 +76,10 @@ function render(): void {
   const card = byId("orb-card");
   card.dataset.phase = p;
   card.dataset.mic = view.status.listening ? "on" : "off";
-  byId("orb").setAttribute("aria-label", `Jarvis: ${PHASE_LABEL[p]}`);
+  const label = phaseLabel(view);
+  byId("orb").setAttribute("aria-label", `Jarvis: ${label}`);
+  byId("phase").textContent = label;
   const pending = view.status.pending_mode;
-  const label = p === "idle" && view.status.awaiting_answer ? "Waiting for your answer…" : PHASE_LABEL[p];
-  byId("phase").textContent = pending ? `${label} · ${MODE_LABEL[pending]} after this reply` : label;
   byId("mic").hidden = !view.status.listening;
   // Hands-free and wake modes: the microphone is switched on and off here (or by the shortcut).
   const listen = byId("listen");

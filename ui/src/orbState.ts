@@ -77,15 +77,28 @@ export function applyOrbEvent(view: OrbView, event: ReplyEvent): OrbView {
   }
 }
 
-/** What the orb draws: the open microphone first (it must always show), then the reply. */
+/** What the orb draws: what Jarvis does (its voice, the reply), else the open microphone. The
+ * microphone's own state is drawn beside it whatever the phase (the "Mic on" mark, the red rim,
+ * and [phaseLabel]), so in hands-free and wake mode — the microphone always open — an answer
+ * still shows as thinking and speaking. */
 export function phase(view: OrbView): Phase {
-  if (view.status.listening) return "listening";
   // Its voice may go on for a minute after the text has ended.
   if (view.status.speaking) return "speaking";
   if (view.state === "waiting") return "waiting";
   if (view.state === "started" || (view.state === "running" && view.text === "")) return "thinking";
   if (view.state === "running") return "speaking";
+  if (view.status.listening) return "listening";
   return "idle";
+}
+
+/** The orb's status line: its phase, that the microphone is open when the phase does not say
+ * so, and a listening mode chosen for after the reply. */
+export function phaseLabel(view: OrbView): string {
+  const p = phase(view);
+  let label = p === "idle" && view.status.awaiting_answer ? "Waiting for your answer…" : PHASE_LABEL[p];
+  if (view.status.listening && p !== "listening") label = `${label} · listening`;
+  const pending = view.status.pending_mode;
+  return pending ? `${label} · ${MODE_LABEL[pending]} after this reply` : label;
 }
 
 /** Stop reply shows whenever a reply runs, waits or speaks (its voice still playing), or

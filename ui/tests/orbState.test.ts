@@ -9,6 +9,7 @@ import {
   idleStatus,
   noticeText,
   phase,
+  phaseLabel,
   ring,
 } from "../src/orbState";
 
@@ -27,10 +28,20 @@ describe("the orb's phase", () => {
     expect(canStop(view)).toBe(false);
   });
 
-  it("shows an open microphone above everything else", () => {
-    let view = applyStatus(emptyOrb(), { ...idleStatus, chat: 1, listening: true });
+  it("shows thinking and speaking with the microphone open, and that it is open", () => {
+    // Hands-free and wake mode: the microphone is open through the whole answer.
+    let view = applyStatus(emptyOrb(), { ...idleStatus, chat: 1, listening: true, mode: "hands_free" });
+    expect(phase(view)).toBe("listening");
+    expect(phaseLabel(view)).toBe("Listening…");
     view = applyOrbEvent(view, { type: "reply_started", chat: 1, reply: 3, question: 7 });
+    expect(phase(view)).toBe("thinking");
+    expect(phaseLabel(view)).toBe("Thinking… · listening");
     view = applyOrbEvent(view, { type: "delta", reply: 3, text: "Hi" });
+    view = applyOrbEvent(view, { type: "reply_ended", reply: 3, state: "done", reason: null });
+    view = applyStatus(view, { ...view.status, speaking: true });
+    expect(phase(view)).toBe("speaking");
+    expect(phaseLabel(view)).toBe("Speaking · listening");
+    view = applyStatus(view, { ...view.status, speaking: false });
     expect(phase(view)).toBe("listening");
   });
 
