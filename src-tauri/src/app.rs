@@ -28,16 +28,20 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
     crate::milestone_at("process start");
     // The service runs on Tauri's own tokio runtime, like every command.
     let opened = tauri::async_runtime::block_on(async {
-        Session::open(session::process_env_with(keys), session::device_parts())
+        Session::open(
+            session::process_env_with(keys.clone()),
+            session::device_parts(),
+        )
     });
     let session = match opened {
         Ok(session) => session,
         Err(err) => match session::StartupProblem::of(&err) {
             // An unusable database: the chat window says why and offers the way out.
-            Some(problem) => return unusable_database(problem),
+            Some(problem) => return unusable_database(problem, keys),
             None => return Err(err.into()),
         },
     };
+    drop(keys);
     let state = AppState::new(session);
 
     crate::milestone_at("service started");
@@ -61,7 +65,7 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
                 .build(),
         )
         .manage(state)
-        .manage(Startup(None))
+        .manage(Startup(None, Vec::new()))
         .invoke_handler(crate::commands::handler())
         .on_page_load(|webview, payload| {
             match payload.event() {
@@ -110,7 +114,10 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
 /// The app when its database cannot be used: the chat window alone, showing the reason and the
 /// way out (move the file aside, keeping it, and start again; or quit). No service, tray, orb or
 /// shortcut: nothing else can work without the chats. A second start brings this window up.
-fn unusable_database(problem: session::StartupProblem) -> anyhow::Result<()> {
+fn unusable_database(
+    problem: session::StartupProblem,
+    keys: Vec<(&'static str, String)>,
+) -> anyhow::Result<()> {
     tracing::error!("{}", problem.reason);
     tauri::Builder::default()
         .plugin(tauri_plugin_single_instance::init(|app, _args, _cwd| {
@@ -120,7 +127,7 @@ fn unusable_database(problem: session::StartupProblem) -> anyhow::Result<()> {
             }
         }))
         .plugin(navigation_guard())
-        .manage(Startup(Some(problem)))
+        .manage(Startup(Some(problem), keys))
         .invoke_handler(crate::commands::handler())
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the desktop app")?

@@ -94,7 +94,23 @@ fn move_database_aside(app: AppHandle, startup: State<'_, Startup>) -> Res<()> {
         problem.database,
         aside.display()
     );
-    app.restart()
+    // As `AppHandle::restart`, but the new Jarvis is given the API keys this one took out of
+    // its environment at start (it inherits that environment, which no longer has them).
+    app.cleanup_before_exit();
+    let env = app.env();
+    match tauri::process::current_binary(&env) {
+        Ok(exe) => {
+            let started = std::process::Command::new(exe)
+                .args(env.args_os.iter().skip(1))
+                .envs(startup.1.iter().map(|(k, v)| (k, v)))
+                .spawn();
+            if let Err(err) = started {
+                eprintln!("jarvis-desktop: cannot start again: {err}");
+            }
+        }
+        Err(err) => eprintln!("jarvis-desktop: cannot find this program to start again: {err}"),
+    }
+    std::process::exit(0)
 }
 
 /// Ends the app (the chat window's way out when the database cannot be used).

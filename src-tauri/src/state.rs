@@ -9,8 +9,12 @@ use jarvis::Service;
 use tauri::async_runtime::JoinHandle;
 
 /// Why the database could not be opened at start, when it could not (the app then runs with this
-/// state alone: the chat window shows the reason and the way out).
-pub struct Startup(pub Option<jarvis::session::StartupProblem>);
+/// state alone: the chat window shows the reason and the way out), with the API keys taken out of
+/// the environment at start, which the app started again after moving the file aside is given.
+pub struct Startup(
+    pub Option<jarvis::session::StartupProblem>,
+    pub Vec<(&'static str, String)>,
+);
 
 /// The app's state, managed by Tauri.
 pub struct AppState {

@@ -1126,7 +1126,9 @@ async fn a_damaged_database_opens_the_chat_window_with_the_reason_and_moving_it_
 ) {
     let _one = one_app_at_a_time().await;
     let stub = Stub::start().await.unwrap();
-    let data = Data::new();
+    let mut data = Data::new();
+    // A key from the environment, which the app takes out of its own at start.
+    data.set_env("OPENAI_API_KEY", "sk-kept-across-the-restart");
     let db = data.path().join("data").join("jarvis.db");
     let garbage = "not a database, whatever it once was. ".repeat(300);
     std::fs::write(&db, &garbage).unwrap();
@@ -1190,5 +1192,15 @@ async fn a_damaged_database_opens_the_chat_window_with_the_reason_and_moving_it_
     let fresh = data.store();
     assert!(fresh.chats().unwrap().is_empty());
     assert_eq!(fresh.integrity_check().unwrap(), "ok");
+    // Issue 28 item 10: the app started again was given the key (it inherited an environment
+    // the first one had taken it out of). What a process was started with is its
+    // /proc/PID/environ, whatever it later removes from its own.
+    let started_with = std::fs::read(format!("/proc/{}/environ", App::newest_pid())).unwrap();
+    assert!(
+        started_with
+            .split(|b| *b == 0)
+            .any(|var| var == b"OPENAI_API_KEY=sk-kept-across-the-restart"),
+        "the app started again has no API key"
+    );
     app.quit().await;
 }

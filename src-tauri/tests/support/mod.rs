@@ -243,6 +243,18 @@ impl App {
         app_running()
     }
 
+    /// The pid of the `jarvis-desktop` process started last.
+    pub fn newest_pid() -> u32 {
+        let out = Command::new("pgrep")
+            .args(["-n", "-f", APP])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("a jarvis-desktop process")
+    }
+
     async fn start_with(stub: &Stub, data: &Data, orb: bool) -> App {
         assert!(
             std::env::var_os("DISPLAY").is_some(),
