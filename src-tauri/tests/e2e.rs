@@ -1117,6 +1117,51 @@ async fn a_keyring_that_never_answers_holds_neither_the_start_nor_the_window_and
         "nothing was sent without the key"
     );
     app.screenshots("keyring-not-answering-asked").await;
+
+    // Issue 28 item 11: a new key while the keyring does not answer. Save hung for good (the
+    // dialog open, the button dead); it says why within the keyring's wait, and the file is
+    // as it was.
+    let before = std::fs::read_to_string(&settings).unwrap();
+    app.click("#open-settings").await;
+    app.wait_for("the settings again", |app| async move {
+        (app.eval("return document.getElementById('settings').open")
+            .await
+            == serde_json::json!(true))
+        .then_some(())
+    })
+    .await;
+    app.type_into("#set-key", "sk-a-new-key").await;
+    app.click("#settings-save").await;
+    let refused = app
+        .wait_for("Save to say why", |app| async move {
+            let error = app.text("#settings-error").await;
+            (!error.is_empty()).then_some(error)
+        })
+        .await;
+    assert!(
+        refused.contains("did not answer") && refused.contains("nothing was saved"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
+    app.screenshots("keyring-not-answering-new-key").await;
+    // A change of the backend's own settings is saved and put in force, its key still to come
+    // from the keyring.
+    app.eval(
+        "document.getElementById('set-key').value = '';
+         document.getElementById('set-model').value = 'stub-model-two';
+         return true",
+    )
+    .await;
+    app.click("#settings-save").await;
+    app.wait_for("the settings to close after the change", |app| async move {
+        (app.eval("return document.getElementById('settings').open")
+            .await
+            == serde_json::json!(false))
+        .then_some(())
+    })
+    .await;
+    let saved = std::fs::read_to_string(&settings).unwrap();
+    assert!(saved.contains("model = \"stub-model-two\""), "{saved}");
     app.quit().await;
 }
 

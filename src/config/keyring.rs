@@ -107,6 +107,9 @@ pub enum KeyringError {
     /// The OS keyring refused or is not running.
     #[error("the OS keyring is not available: {0}")]
     Unavailable(String),
+    /// The OS keyring did not answer in time (locked, its unlock prompt unanswered).
+    #[error("the OS keyring did not answer within {0} s (is it locked?); nothing was saved: unlock it and save again")]
+    NoAnswer(u64),
 }
 
 fn entry(var: &str) -> Result<keyring::Entry, KeyringError> {

@@ -327,10 +327,18 @@ impl Session {
         }
         if let (Some(var), Some(key)) = (form.backend.key_var(), new_key.clone()) {
             let key = SecretString::from(key);
-            ask_keyring(move || config::store_key(var, &key))
-                .await
-                .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
-                .map_err(|source| SessionError::Keyring { var, source })?;
+            // Bounded as the view's wait is: a locked keyring leaves the file as it was.
+            tokio::time::timeout(
+                KEYRING_WAIT,
+                ask_keyring(move || config::store_key(var, &key)),
+            )
+            .await
+            .map_err(|_| SessionError::Keyring {
+                var,
+                source: config::KeyringError::NoAnswer(KEYRING_WAIT.as_secs()),
+            })?
+            .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
+            .map_err(|source| SessionError::Keyring { var, source })?;
         }
         let (old, config) = self.write(changes).await?;
         let new = &config.settings;
@@ -343,11 +351,14 @@ impl Session {
             // A problem (a bad file, a missing key) may be fixed now: look again.
             || self.problem().is_some();
         let backend = if backend_changed {
-            // Finding the key may wait on the OS keyring: not on the runtime's threads.
+            // Finding the key may wait on the OS keyring, never for long: the file is written,
+            // so the change is put in force now — on a backend that takes its key once a
+            // keyring that does not answer in time gives it, as at start.
             let (config, env) = (config.clone(), self.env.clone());
-            let (backend, problem) = ask_keyring(move || backend_for(&config, &*env))
-                .await
-                .map_err(|_| SessionError::Invalid("finding the key stopped".into()))?;
+            let (backend, problem) =
+                tokio::task::spawn_blocking(move || backend_at_start(&config, &env))
+                    .await
+                    .map_err(|_| SessionError::Invalid("finding the key stopped".into()))?;
             *self.locked_problem() = problem;
             Some(backend)
         } else {
@@ -407,11 +418,15 @@ impl Session {
     }
 
     /// Whether `var` is set in the environment or the OS keyring, asked on a thread of its own.
+    /// A keyring that does not answer within [`KEYRING_WAIT`] may hold one: true.
     async fn has_key(&self, var: &'static str) -> bool {
         let env = self.env.clone();
-        ask_keyring(move || config::find_key(var, &*env).is_some())
-            .await
-            .unwrap_or(false)
+        tokio::time::timeout(
+            KEYRING_WAIT,
+            ask_keyring(move || config::find_key(var, &*env).is_some()),
+        )
+        .await
+        .map_or(true, |found| found.unwrap_or(false))
     }
 
     /// "Use earlier conversations": saved, and in force from the next reply on.
