@@ -647,3 +647,48 @@ async fn a_question_typed_into_the_orb_while_the_voice_loop_is_built_is_said_by_
     })
     .await;
 }
+
+/// Issue 28 item 16: "What the model sees" read only the database, so for a voice conversation
+/// kept in memory (voice saving off) it showed none of what was said.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_model_sees_shows_an_unsaved_voice_conversation() {
+    let rig = rig_with_file(|stub| {
+        let mut s = settings(BackendKind::Openai, stub);
+        s.voice.save_conversations = false;
+        toml::to_string(&s).unwrap()
+    })
+    .await;
+    rig.stub
+        .push(Script::text("Paris is the capital of France."));
+    let service = rig.session.service();
+    service
+        .voice_ask("What is the capital of France?")
+        .await
+        .unwrap();
+    let answered = || {
+        let status = service.voice_status().borrow().clone();
+        status.chat.filter(|&chat| {
+            status.replying.is_none()
+                && service
+                    .store_of(chat)
+                    .last_reply(chat)
+                    .unwrap()
+                    .is_some_and(|r| r.state == jarvis::ReplyState::Done)
+        })
+    };
+    rig.until("the answer", || answered().is_some()).await;
+    let chat = answered().unwrap();
+    assert!(chat.in_memory(), "not saved");
+    let preview = rig
+        .session
+        .preview(Some(chat), "And of Italy?".into())
+        .await
+        .unwrap();
+    let body = preview["body"].to_string();
+    assert!(
+        body.contains("What is the capital of France?")
+            && body.contains("Paris is the capital of France.")
+            && body.contains("And of Italy?"),
+        "{body}"
+    );
+}

@@ -915,3 +915,46 @@ async fn with_saving_off_no_word_of_the_voice_conversation_reaches_the_disk() {
         service.records(chat).await.is_err() || service.records(chat).await.unwrap().is_empty()
     );
 }
+
+/// Issue 28 item 16: Try again asked a spoken question again as typed (the orb's and the chat
+/// window's alike); it is asked as it was the first time, whatever the microphone does now.
+#[tokio::test(flavor = "multi_thread")]
+async fn try_again_asks_a_spoken_question_the_way_it_was_asked() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::status(400, None));
+    stub.push(Script::status(400, None));
+    stub.push(Script::text("Paris."));
+    let dir = Dir::new();
+    let mut s = settings(BackendKind::Anthropic, &stub);
+    s.voice.mode = ListenMode::HandsFree;
+    s.voice.save_conversations = true;
+    let service = service(&dir, s);
+    let mut orb = Orb::attach(&service).await;
+    service.set_listening(true).await.unwrap();
+    started(
+        heard(
+            &service,
+            "What is the capital of France?",
+            ListenMode::HandsFree,
+        )
+        .await,
+    );
+    assert_eq!(orb.endings(1).await[0].0, ReplyState::Failed);
+    orb.status_until(|s| s.replying.is_none()).await;
+    service.set_listening(false).await.unwrap();
+    // Try again in the orb, then in the chat window.
+    service.voice_retry().await.unwrap();
+    assert_eq!(orb.endings(1).await[0].0, ReplyState::Failed);
+    orb.status_until(|s| s.replying.is_none()).await;
+    let chat = orb.status_until(|s| s.chat.is_some()).await.chat.unwrap();
+    service.retry(chat).await.unwrap();
+    assert_eq!(orb.endings(1).await[0], (ReplyState::Done, "Paris.".into()));
+    let lasts = last_messages(&stub);
+    assert_eq!(lasts.len(), 3);
+    for (i, last) in lasts.iter().enumerate() {
+        assert!(
+            last.contains("Interaction: spoken, hands-free"),
+            "request {i}: {last}"
+        );
+    }
+}

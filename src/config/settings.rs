@@ -339,6 +339,26 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// As the store keeps it with a question (`None`: typed).
+    pub fn stored(self) -> Option<&'static str> {
+        match self {
+            Mode::Typed => None,
+            Mode::PushToTalk => Some("push_to_talk"),
+            Mode::HandsFree => Some("hands_free"),
+            Mode::Wake => Some("wake"),
+        }
+    }
+
+    /// From what the store kept ([`Mode::stored`]); anything else is typed.
+    pub fn from_stored(stored: Option<&str>) -> Mode {
+        match stored {
+            Some("push_to_talk") => Mode::PushToTalk,
+            Some("hands_free") => Mode::HandsFree,
+            Some("wake") => Mode::Wake,
+            _ => Mode::Typed,
+        }
+    }
+
     pub(crate) fn describe(self) -> &'static str {
         match self {
             Mode::Typed => "typed",

@@ -585,7 +585,8 @@ struct Actor {
 enum Start {
     Busy,
     NothingToRetry,
-    Started(RecordId, ReplyId),
+    /// The question, its reply and how it was asked.
+    Started(RecordId, ReplyId, Mode),
 }
 
 impl Actor {
@@ -797,7 +798,8 @@ impl Actor {
         Ok(state.hub.attach(store, chat))
     }
 
-    /// Starts a reply: to a new question (`Some(text)`) or again to the last one (`None`).
+    /// Starts a reply: to a new question (`Some(text)`) asked in `mode`, or again to the last
+    /// one (`None`), asked as it was the first time (`mode` is then not used).
     async fn ask(
         &mut self,
         chat: ChatId,
@@ -826,27 +828,32 @@ impl Actor {
                     let title =
                         (store.chat(chat)?.title == NEW_CHAT_TITLE).then(|| title_from(&text));
                     store
-                        .add_question(chat, &text, title.as_deref(), initial)
-                        .map(|(record, reply)| (record.id, reply.id))
+                        .add_question_as(chat, &text, title.as_deref(), initial, mode.stored())
+                        .map(|(record, reply)| (record.id, reply.id, mode))
                 }
+                // Asked again as it was asked the first time (spoken, or typed).
                 None => match store.last_reply(chat)? {
-                    Some(last) if last.state.can_retry() => store
-                        .start_reply(chat, last.question, initial)
-                        .map(|reply| (last.question, reply.id)),
+                    Some(last) if last.state.can_retry() => {
+                        let asked =
+                            Mode::from_stored(store.question_mode(last.question)?.as_deref());
+                        store
+                            .start_reply(chat, last.question, initial)
+                            .map(|reply| (last.question, reply.id, asked))
+                    }
                     _ => return Ok(Start::NothingToRetry),
                 },
             };
             match started {
-                Ok((question, reply)) => Ok(Start::Started(question, reply)),
+                Ok((question, reply, mode)) => Ok(Start::Started(question, reply, mode)),
                 Err(StoreError::ReplyingElsewhere(_)) => Ok(Start::Busy),
                 Err(err) => Err(err),
             }
         })
         .await?;
-        let (question, reply) = match started {
+        let (question, reply, mode) = match started {
             Start::Busy => return Err(AskError::Busy(chat)),
             Start::NothingToRetry => return Err(ServiceError::NothingToRetry(chat).into()),
-            Start::Started(question, reply) => (question, reply),
+            Start::Started(question, reply, mode) => (question, reply, mode),
         };
         let done = self.done.upgrade().ok_or(ServiceError::Gone)?;
         let log = ReplyLog::new(reply);

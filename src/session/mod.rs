@@ -473,7 +473,11 @@ impl Session {
         text: String,
     ) -> Result<serde_json::Value, SessionError> {
         let config = self.config();
-        let store = self.service.store().clone();
+        // An unsaved voice conversation is kept in memory, not in the database.
+        let store = match chat {
+            Some(chat) => self.service.store_of(chat).clone(),
+            None => self.service.store().clone(),
+        };
         let mut options = ServiceOptions::from_settings(&config.settings);
         options.recall = self.recall.clone();
         let env = self.env.clone();

@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0008_rolling_summaries_and_provenance.sql"),
     include_str!("../../migrations/0009_records_search.sql"),
     include_str!("../../migrations/0010_confirmation_turn.sql"),
+    include_str!("../../migrations/0011_question_mode.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.

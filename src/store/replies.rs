@@ -52,6 +52,19 @@ impl Store {
         title: Option<&str>,
         state: ReplyState,
     ) -> Result<(Record, Reply), StoreError> {
+        self.add_question_as(chat, text, title, state, None)
+    }
+
+    /// [`Store::add_question`] for a question asked in `mode` (as [`Store::question_mode`]
+    /// gives it back; `None`: typed).
+    pub fn add_question_as(
+        &self,
+        chat: ChatId,
+        text: &str,
+        title: Option<&str>,
+        state: ReplyState,
+        mode: Option<&str>,
+    ) -> Result<(Record, Reply), StoreError> {
         let mut conn = self.lock();
         let tx = self.claim(&mut conn, chat)?;
         let added = (|| {
@@ -63,12 +76,31 @@ impl Store {
                 )?;
             }
             let record = insert_record(&tx, chat, Role::User, text, None)?;
+            if mode.is_some() {
+                tx.execute(
+                    "UPDATE records SET mode = ?2 WHERE id = ?1",
+                    params![record.id.0, mode],
+                )?;
+            }
             let reply = insert_reply(&tx, chat, record.id, state)?;
             Ok((record, reply))
         })()
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(added)
+    }
+
+    /// How the question `record` was asked, as [`Store::add_question_as`] kept it (`None`: typed).
+    pub fn question_mode(&self, record: RecordId) -> Result<Option<String>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT mode FROM records WHERE id = ?1",
+                [record.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| self.err(e))
     }
 
     /// Moves a live reply of this process to another live state (waiting → running).
