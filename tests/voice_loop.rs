@@ -614,6 +614,52 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
     rig.until("forgotten", |s| s.chat.is_none()).await;
 }
 
+/// Issue 28 item 7 (ADR 0145): an orb shown again while its answer is still being written
+/// gets the rest with speech again, from the next sentence; it stayed silent. What was said
+/// while it was hidden is not said, and where its voice was cut when it left stays kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orb_shown_again_mid_answer_speaks_the_rest_from_the_next_sentence() {
+    let _one = SERIAL.lock().await;
+    let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
+    let gate = rig.stub.gate();
+    // Held inside its second sentence.
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .held_after(12, &gate),
+    );
+    let reply = rig.ask("Tell me about Paris.").await;
+    rig.until_played("its first sentence playing", |r| {
+        r.played() >= Duration::from_millis(300)
+    })
+    .await;
+    rig.orb = None; // hidden
+    rig.until("its voice to stop", |s| !s.speaking).await;
+    let clips_then = rig.recorder.arrivals().len();
+    let heard_then = rig.service.store().reply(reply).unwrap().unwrap().heard;
+    assert!(heard_then.is_some(), "where it was cut is kept");
+    rig.orb = Some(rig.service.voice_attach().await.unwrap()); // shown again
+    gate.release();
+    rig.until("the reply to end", |s| s.replying.is_none())
+        .await;
+    // The second sentence (ended after the orb came back) and the three after it.
+    rig.until_played("the rest of the answer said", |r| {
+        r.arrivals().len() >= clips_then + 4
+    })
+    .await;
+    rig.until("its voice to end", |s| !s.speaking).await;
+    assert_eq!(
+        rig.recorder.arrivals().len() - clips_then,
+        4,
+        "the rest of the answer was said"
+    );
+    let stored = rig.service.store().reply(reply).unwrap().unwrap();
+    assert_eq!(
+        stored.heard, heard_then,
+        "the heard prefix of its leaving stands"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hey_jarvis_opens_a_wake_conversation_other_speech_does_not_and_a_goodbye_ends_it_after_the_reply(
 ) {

@@ -756,7 +756,7 @@ impl LoopState {
             return;
         }
         self.last_activity = Instant::now();
-        let audible = self.service.voice_watched();
+        let audible = self.follow_windows().await;
         let result = match &event {
             Event::ReplyStarted { reply, .. } => {
                 self.speaker.begin(*reply);
@@ -829,17 +829,7 @@ impl LoopState {
             }
             changed
         });
-        let watched = self.service.voice_watched();
-        if self.watched && !watched {
-            // The window went away: the reply goes on, its audio does not.
-            if let Some((reply, prefix)) = self.speaker.window_left() {
-                if let Err(err) = self.service.voice_heard(reply, prefix).await {
-                    tracing::warn!(%err, "the heard prefix could not be kept");
-                }
-                self.speaker.publish();
-            }
-        }
-        self.watched = watched;
+        self.follow_windows().await;
         let status = self.status.borrow().clone();
         let quiet = status.replying.is_none() && status.queue.is_empty() && !self.speaker.busy();
         if !quiet || self.in_speech {
@@ -857,6 +847,25 @@ impl LoopState {
             self.shared.set_awake(false);
             let _ = self.service.set_awake(false).await;
         }
+    }
+
+    /// Whether a window watches the voice conversation now, acting on a change: the last window
+    /// gone, the reply goes on and its audio does not; one back, the answer it left is spoken
+    /// again from its next sentence.
+    async fn follow_windows(&mut self) -> bool {
+        let watched = self.service.voice_watched();
+        if self.watched && !watched {
+            if let Some((reply, prefix)) = self.speaker.window_left() {
+                if let Err(err) = self.service.voice_heard(reply, prefix).await {
+                    tracing::warn!(%err, "the heard prefix could not be kept");
+                }
+                self.speaker.publish();
+            }
+        } else if !self.watched && watched {
+            self.speaker.window_back();
+        }
+        self.watched = watched;
+        watched
     }
 
     /// Reads the answers asked to be read again, in turn, once nothing is being said: Read aloud

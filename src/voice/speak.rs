@@ -50,6 +50,12 @@ struct Answer {
     complete: bool,
     /// Played again from the store (Play answer): cutting it changes no history.
     replay: bool,
+    /// Cut because its window went away: a window that comes back before its text has ended
+    /// hears it again from the next sentence.
+    left: bool,
+    /// Spoken again after its window came back: the heard prefix kept when it left stands (what
+    /// was said while away was not heard), so a later cut keeps no other.
+    resumed: bool,
 }
 
 /// Speaks replies onto a sink.
@@ -146,6 +152,8 @@ impl Speaker {
             cut: false,
             complete: false,
             replay: false,
+            left: false,
+            resumed: false,
         });
         self.shared.said(true, "");
     }
@@ -256,7 +264,7 @@ impl Speaker {
             && answer.voiced
             && !playing
             && answer.spoken.last().is_some_and(|s| s.end <= played);
-        if whole || answer.replay {
+        if whole || answer.replay || answer.resumed {
             return None;
         }
         Some((answer.reply, heard_prefix(&answer.spoken, played)))
@@ -266,10 +274,25 @@ impl Speaker {
     /// whose first sentence had not played yet (none of it was heard).
     pub fn window_left(&mut self) -> Option<(ReplyId, String)> {
         if self.sink.is_playing() || self.answer.as_ref().is_some_and(|a| !a.cut) {
-            // Later text of the same reply is not spoken either.
-            return self.cut();
+            // Later text of the same reply is not spoken either, unless a window comes back.
+            let heard = self.cut();
+            if let Some(answer) = self.answer.as_mut() {
+                answer.left = !answer.replay;
+            }
+            return heard;
         }
         None
+    }
+
+    /// A window came back: an answer it left whose text goes on is spoken again from its next
+    /// sentence (ADR 0145). Nothing said while it was away is said.
+    pub fn window_back(&mut self) {
+        if let Some(answer) = self.answer.as_mut().filter(|a| a.left && !a.complete) {
+            tracing::debug!(reply = %answer.reply, "a window came back: the answer is spoken again");
+            answer.left = false;
+            answer.cut = false;
+            answer.resumed = true;
+        }
     }
 
     /// The user started or stopped speaking over Jarvis.
