@@ -692,3 +692,42 @@ async fn what_the_model_sees_shows_an_unsaved_voice_conversation() {
         "{body}"
     );
 }
+
+/// Issue 28 item 14: a restart of the voice loop (a settings change) that came while the user
+/// was still speaking replaced the loop with their words in it. It waits for them, and the
+/// question is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_asked() {
+    let rig = rig().await;
+    let service = rig.session.service();
+    service
+        .set_listen_mode(ListenMode::HandsFree)
+        .await
+        .unwrap();
+    rig.session.start_voice().await;
+    service.set_listening(true).await.unwrap();
+    let mic = rig.maker.builds()[0].microphone.clone();
+    rig.until("the microphone open", || mic.opened_at().is_some())
+        .await;
+    rig.stub.push(Script::text("It will be sunny."));
+    mic.say(
+        &jarvis::voice::fixtures::speech(
+            "What will the weather be like tomorrow morning in the north of the country?",
+        )
+        .unwrap()
+        .then(&jarvis::voice::fixtures::silence(900)),
+    );
+    rig.until("the user heard speaking", || rig.session.voice().hearing())
+        .await;
+    let mut form = rig.form();
+    form.speech_model = SpeechModel::Base;
+    rig.session.apply(form).await.unwrap();
+    rig.until("the question asked", || rig.stub.received().len() == 1)
+        .await;
+    let asked = rig.stub.received()[0].body["messages"].to_string();
+    assert!(asked.to_lowercase().contains("weather"), "{asked}");
+    rig.until("the new loop, once all is quiet", || {
+        rig.maker.builds().len() == 2
+    })
+    .await;
+}

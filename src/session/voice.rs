@@ -265,8 +265,12 @@ impl VoiceSupervisor {
                 if slot.restarts != restart {
                     return;
                 }
-                // (A replay being made is not in the status yet: the loop says so itself.)
-                let sounding = slot.current.as_ref().is_ok_and(|voice| voice.sounding());
+                // (A replay being made is not in the status yet: the loop says so itself; nor
+                // are the words of someone still speaking, which a new loop would lose.)
+                let sounding = slot
+                    .current
+                    .as_ref()
+                    .is_ok_and(|voice| voice.sounding() || voice.hearing());
                 if still_quiet && !sounding && slot.asked == before {
                     // From here on, what is asked to be said waits for the new loop.
                     slot.building.get_or_insert_with(Vec::new);
@@ -317,6 +321,15 @@ impl VoiceSupervisor {
             return Ok(());
         }
         slot.current.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// Whether the user is saying something the running loop has not yet put to the
+    /// conversation (a restart waits for it).
+    pub fn hearing(&self) -> bool {
+        self.slot()
+            .current
+            .as_ref()
+            .is_ok_and(|voice| voice.hearing())
     }
 
     /// Why Jarvis cannot listen or speak, now and whenever it changes (`None`: the voice works).

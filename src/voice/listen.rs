@@ -46,7 +46,8 @@ pub struct UtteranceReport {
 pub enum ListenEvent {
     /// Someone began to speak (Jarvis's voice ducks).
     SpeechStarted,
-    /// The speech ended (Jarvis's voice comes back).
+    /// The speech ended (Jarvis's voice comes back): the last event of an utterance, after
+    /// what was heard of it.
     SpeechEnded,
     /// An utterance, judged.
     Heard(UtteranceReport),
@@ -63,6 +64,9 @@ pub struct Shared {
     speaking: Arc<AtomicBool>,
     answers: Arc<Mutex<VecDeque<String>>>,
     awake: Arc<AtomicBool>,
+    /// The user is in an utterance: from its first speech until the loop has taken in its end
+    /// (what was heard comes before [`ListenEvent::SpeechEnded`]).
+    hearing: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -120,6 +124,17 @@ impl Shared {
     /// Whether a wake conversation is open.
     pub fn awake(&self) -> bool {
         self.awake.load(Ordering::SeqCst)
+    }
+
+    /// An utterance began (the listener), or its end was taken in (the loop).
+    pub fn set_hearing(&self, hearing: bool) {
+        self.hearing.store(hearing, Ordering::SeqCst);
+    }
+
+    /// Whether the user is in an utterance whose words have not reached the loop yet: replacing
+    /// the loop now would lose them.
+    pub fn hearing(&self) -> bool {
+        self.hearing.load(Ordering::SeqCst)
     }
 }
 
@@ -355,6 +370,7 @@ impl Listener {
                 self.began_while_speaking = self.shared.speaking();
                 self.asked = None;
                 self.ahead = None;
+                self.shared.set_hearing(true);
                 vec![ListenEvent::SpeechStarted]
             }
             Segment::Paused { voiced_frames } => {
@@ -372,7 +388,6 @@ impl Listener {
             } => {
                 self.holds_wake_word = false;
                 vec![
-                    ListenEvent::SpeechEnded,
                     ListenEvent::Heard(UtteranceReport {
                         heard: Heard::Noise,
                         text: String::new(),
@@ -381,13 +396,16 @@ impl Listener {
                         last_voiced_ms: end_ms,
                         mode: self.mode,
                     }),
+                    ListenEvent::SpeechEnded,
                 ]
             }
             Segment::Utterance(utterance) => {
-                let mut out = vec![ListenEvent::SpeechEnded];
-                if let Some(report) = self.judge(utterance)? {
-                    out.push(ListenEvent::Heard(report));
-                }
+                let mut out: Vec<ListenEvent> = self
+                    .judge(utterance)?
+                    .map(ListenEvent::Heard)
+                    .into_iter()
+                    .collect();
+                out.push(ListenEvent::SpeechEnded);
                 out
             }
         })

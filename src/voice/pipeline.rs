@@ -313,6 +313,12 @@ impl VoiceLoop {
     pub fn sounding(&self) -> bool {
         self.replays.load(Ordering::SeqCst) > 0 || self.shared.speaking()
     }
+
+    /// Whether the user is saying something it has not yet put to the conversation: replacing
+    /// the loop now would lose their words.
+    pub fn hearing(&self) -> bool {
+        self.shared.hearing()
+    }
 }
 
 /// An open microphone: its thread runs the listener until asked to finish.
@@ -563,41 +569,44 @@ impl LoopState {
             // nothing here: its reply ids may be another store's.
             self.stopped_through = None;
             self.chat = match status.chat {
-                Some(chat) => match self.service.attach(chat).await {
-                    Ok(attachment) => {
-                        // Attaching replays the chat's last reply from its first event; one that
-                        // had ended before (a loop started anew by a settings change) was said
-                        // already and is not said again.
-                        // But the first time, an answer that ended while the loop was being
-                        // built (a question typed as Piper's voice loads) was never heard.
-                        let heard_until = self.heard_until.take();
-                        self.said_before = self
-                            .service
-                            .last_reply(chat)
-                            .await
-                            .ok()
-                            .flatten()
-                            .filter(|r| !r.state.is_live())
-                            .filter(|r| match heard_until {
-                                Some(until) => {
-                                    until.chat == Some(chat)
-                                        && until.reply.is_some_and(|u| r.id <= u)
-                                }
-                                // No note of where it stood: a chat that was the conversation's
-                                // as this loop started was heard through the loop before it; one
-                                // begun since (a new conversation after End) was not, however
-                                // late this loop, busy saying something, comes to follow it.
-                                None => self.chat_at_start == Some(chat),
-                            })
-                            .map(|r| r.id);
-                        tracing::debug!(%chat, said_before = ?self.said_before, "following the conversation");
-                        Some((chat, attachment))
+                Some(chat) => {
+                    // Attaching replays the chat's last reply from its first event; one that had
+                    // ended before (a loop started anew by a settings change) was said already
+                    // and is not said again. But the first time, an answer that ended while the
+                    // loop was being built (a question typed as Piper's voice loads) was never
+                    // heard. Where the last reply stands is asked before attaching: one that
+                    // ends in between is replayed whole, never taken for said.
+                    let heard_until = self.heard_until.take();
+                    let said_before = self
+                        .service
+                        .last_reply(chat)
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|r| !r.state.is_live())
+                        .filter(|r| match heard_until {
+                            Some(until) => {
+                                until.chat == Some(chat) && until.reply.is_some_and(|u| r.id <= u)
+                            }
+                            // No note of where it stood: a chat that was the conversation's as
+                            // this loop started was heard through the loop before it; one begun
+                            // since (a new conversation after End) was not, however late this
+                            // loop, busy saying something, comes to follow it.
+                            None => self.chat_at_start == Some(chat),
+                        })
+                        .map(|r| r.id);
+                    match self.service.attach(chat).await {
+                        Ok(attachment) => {
+                            self.said_before = said_before;
+                            tracing::debug!(%chat, ?said_before, "following the conversation");
+                            Some((chat, attachment))
+                        }
+                        Err(err) => {
+                            tracing::warn!(%err, "the voice loop could not follow its conversation");
+                            None
+                        }
                     }
-                    Err(err) => {
-                        tracing::warn!(%err, "the voice loop could not follow its conversation");
-                        None
-                    }
-                },
+                }
                 None => None,
             };
         }
@@ -626,6 +635,7 @@ impl LoopState {
         let threshold = self.options.wake_threshold;
         let ahead = self.options.transcribe_ahead;
         let shared = self.shared.clone();
+        let after = self.shared.clone();
         let events = self.events_tx.clone();
         let stop = finish.clone();
         let running = self.listening.started();
@@ -663,6 +673,10 @@ impl LoopState {
                         Some(format!("listening stopped on an internal error ({what})"))
                     }
                 };
+                if ended.is_some() {
+                    // An utterance it was in will not end: nobody waits for it.
+                    after.set_hearing(false);
+                }
                 // (A microphone the loop closed meanwhile is no news.)
                 if let Some(why) = ended.filter(|_| !stop.load(Ordering::SeqCst)) {
                     let _ = events.send(ListenEvent::MicrophoneLost(why));
@@ -683,6 +697,7 @@ impl LoopState {
             }
             ListenEvent::SpeechEnded => {
                 self.in_speech = false;
+                self.shared.set_hearing(false);
                 self.speaker.duck(false);
             }
             ListenEvent::MicrophoneLost(why) => {
@@ -696,6 +711,12 @@ impl LoopState {
                 }
             }
             ListenEvent::Heard(report) => {
+                if report.heard != Heard::Wake {
+                    // Said whole: the speech has ended (its end follows, once this is put; the
+                    // wake word is heard inside an utterance that goes on).
+                    self.in_speech = false;
+                    self.speaker.duck(false);
+                }
                 tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
                 let _ = self.heard.send(report.clone());
                 match report.heard {
