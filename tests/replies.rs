@@ -481,8 +481,9 @@ async fn a_replying_chat_is_not_deleted_and_an_idle_one_is_deleted_whole() {
 
 /// Issue 28 item 13: an end that cannot be stored because another process holds the database
 /// was told "free some space", and its row stayed running — every other Jarvis refused questions
-/// in that chat until this one exited. The cause is named, and once the lock is gone the end is
-/// stored with everything written.
+/// in that chat until this one exited. The cause is named; the chat takes no new question until
+/// the end is stored (its record would have come after that question's), which it is, with
+/// everything written, once the lock is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_end_stored_while_another_process_locks_the_database_names_the_lock_and_lands_later() {
     let stub = Stub::start().await.unwrap();
@@ -503,17 +504,46 @@ async fn an_end_stored_while_another_process_locks_the_database_names_the_lock_a
         reason.contains("is locked by another process") && !reason.contains("free some space"),
         "{reason}"
     );
+    assert!(
+        matches!(service.ask(chat, "And Lyon?").await, Err(AskError::Busy(_))),
+        "no question is taken before the end is stored"
+    );
     holder.execute_batch("COMMIT").unwrap();
     let store = dir.store();
     eventually("the end is stored once the lock is gone", || {
-        store.reply(reply).unwrap().unwrap().state == ReplyState::Failed
+        store.reply(reply).unwrap().unwrap().state == ReplyState::Done
     })
     .await;
     let stored = store.reply(reply).unwrap().unwrap();
     assert_eq!(stored.text, ANSWER, "everything written is kept");
-    let records = store.records(chat).unwrap();
+    stub.push(Script::text("Lyon is on the Rhône."));
+    let asking = async {
+        loop {
+            match service.ask(chat, "And Lyon?").await {
+                Ok(next) => break next,
+                Err(AskError::Busy(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(err) => panic!("{err}"),
+            }
+        }
+    };
+    let next = tokio::time::timeout(LIMIT, asking)
+        .await
+        .expect("the chat takes the question once the end is stored");
+    until_end(&mut attachment, next).await;
+    let records: Vec<(Role, String)> = store
+        .records(chat)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.role, r.text))
+        .collect();
     assert_eq!(
-        (records.len(), records[1].role, records[1].text.as_str()),
-        (2, Role::Assistant, ANSWER)
+        records,
+        [
+            (Role::User, "Where is Paris?".to_string()),
+            (Role::Assistant, ANSWER.to_string()),
+            (Role::User, "And Lyon?".to_string()),
+            (Role::Assistant, "Lyon is on the Rhône.".to_string()),
+        ],
+        "in the order they were said"
     );
 }

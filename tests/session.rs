@@ -731,3 +731,43 @@ async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_as
     })
     .await;
 }
+
+/// Issue 28 item 14, one step on: words begun while the new loop's models load (seconds for
+/// Whisper and Piper) are heard to their end by the loop being replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn words_begun_while_the_new_voice_loop_loads_are_heard_by_the_old_one() {
+    let rig = rig().await;
+    let service = rig.session.service();
+    service
+        .set_listen_mode(ListenMode::HandsFree)
+        .await
+        .unwrap();
+    rig.session.start_voice().await;
+    service.set_listening(true).await.unwrap();
+    let mic = rig.maker.builds()[0].microphone.clone();
+    rig.until("the microphone open", || mic.opened_at().is_some())
+        .await;
+    rig.stub.push(Script::text("It will be sunny."));
+    rig.maker.set_held(true);
+    let mut form = rig.form();
+    form.speech_model = SpeechModel::Base;
+    rig.session.apply(form).await.unwrap();
+    rig.until("the new loop's build to begin", || rig.maker.begun() == 2)
+        .await;
+    mic.say(
+        &jarvis::voice::fixtures::speech(
+            "What will the weather be like tomorrow morning in the north of the country?",
+        )
+        .unwrap()
+        .then(&jarvis::voice::fixtures::silence(900)),
+    );
+    rig.until("the user heard speaking", || rig.session.voice().hearing())
+        .await;
+    rig.maker.set_held(false);
+    rig.until("the question asked", || rig.stub.received().len() == 1)
+        .await;
+    let asked = rig.stub.received()[0].body["messages"].to_string();
+    assert!(asked.to_lowercase().contains("weather"), "{asked}");
+    rig.until("the new loop", || rig.maker.builds().len() == 2)
+        .await;
+}

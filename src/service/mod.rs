@@ -549,6 +549,8 @@ struct Running {
     reply: ReplyId,
     cancel: CancellationToken,
     log: Arc<ReplyLog>,
+    /// Its end is shown but not yet stored (tried again): the chat takes no question meanwhile.
+    settling: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct ChatState {
@@ -558,9 +560,11 @@ struct ChatState {
 
 impl ChatState {
     /// The reply still being written, if any (an ended one may linger until its `Finished`
-    /// arrives).
+    /// arrives), or one whose end is still being stored.
     fn writing(&self) -> Option<&Running> {
-        self.running.as_ref().filter(|r| !r.log.is_closed())
+        self.running
+            .as_ref()
+            .filter(|r| !r.log.is_closed() || r.settling.load(std::sync::atomic::Ordering::SeqCst))
     }
 }
 
@@ -858,6 +862,7 @@ impl Actor {
         let done = self.done.upgrade().ok_or(ServiceError::Gone)?;
         let log = ReplyLog::new(reply);
         let cancel = CancellationToken::new();
+        let settling = Arc::<std::sync::atomic::AtomicBool>::default();
         let job = reply::ReplyJob {
             chat,
             reply,
@@ -873,10 +878,16 @@ impl Actor {
             actions: self.actions.clone(),
             housekeeping: self.housekeeping.clone(),
             housekeeping_gives_way,
+            settling: settling.clone(),
         };
         let state = self.chat_state(chat).await?;
         state.hub.publish(log.clone());
-        state.running = Some(Running { reply, cancel, log });
+        state.running = Some(Running {
+            reply,
+            cancel,
+            log,
+            settling,
+        });
         tokio::spawn(job.run(turn));
         Ok(reply)
     }

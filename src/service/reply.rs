@@ -38,6 +38,8 @@ pub(crate) struct ReplyJob {
     pub housekeeping: super::Housekeeping,
     /// No permit was free because a summary held it, and it is giving way.
     pub housekeeping_gives_way: bool,
+    /// Set while an end that is shown could not yet be stored: the chat is still busy.
+    pub settling: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A reply's place at the backend, taken by the service as the question arrives: the backend at
@@ -78,6 +80,7 @@ impl BackendTurn {
 const GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How a reply ended.
+#[derive(Clone)]
 struct Outcome {
     state: ReplyState,
     reason: Option<String>,
@@ -102,13 +105,16 @@ impl Outcome {
 /// Why a reply's end could not be stored, naming the cause and what the user can do.
 fn unsaved(err: &StoreError) -> String {
     let cure = if err.is_disk_full() {
-        "; free some space before asking again"
+        "; free some space"
     } else {
         ""
     };
+    let (every, times) = END_AGAIN;
     format!(
         "the answer could not be saved ({err}): the chat keeps the question and the answer as \
-         far as it was stored{cure}"
+         far as it was stored; Jarvis tries again for {} s, and the chat takes no new question \
+         meanwhile{cure}",
+        every.as_secs() * u64::from(times)
     )
 }
 
@@ -116,15 +122,16 @@ fn unsaved(err: &StoreError) -> String {
 const END_AGAIN: (Duration, u32) = (Duration::from_secs(2), 30);
 
 /// Tries again to store the end of a reply that failed to (a lock another process held, a full
-/// disk): ended as failed with everything written, or at least given up, so no live row of this
-/// process keeps other Jarvis processes out of its chat for as long as this one runs.
-async fn end_unsaved(store: Store, reply: ReplyId, text: String, reason: String) {
+/// disk): ended as it really ended with everything written, or at least given up, so no live
+/// row of this process keeps other Jarvis processes out of its chat for as long as this one
+/// runs.
+async fn end_unsaved(store: Store, reply: ReplyId, text: String, outcome: Outcome) {
     let (every, times) = END_AGAIN;
     for _ in 0..times {
         tokio::time::sleep(every).await;
-        let (s, t, r) = (store.clone(), text.clone(), reason.clone());
+        let (s, t, o) = (store.clone(), text.clone(), outcome.clone());
         let ended = blocking(move || {
-            s.finish_reply(reply, ReplyState::Failed, &t, Some(&r))
+            s.finish_reply(reply, o.state, &t, o.reason.as_deref())
                 .or_else(|err| match err {
                     StoreError::NotOurs(_) => Ok(()),
                     // (A full disk may still take the smaller write.)
@@ -177,8 +184,10 @@ impl ReplyJob {
             let text = crate::envelope::strip_envelopes(&text);
             blocking(move || store.finish_reply(reply, state, &text, reason.as_deref())).await
         };
-        // An end that could not be stored (a full disk) is not shown as done: the user is told
-        // what the chat keeps.
+        // An end that could not be stored (a locked database, a full disk) is not shown as done:
+        // the user is told what the chat keeps, and it is tried again before the chat takes
+        // another question (whose record would come before this answer's).
+        let mut unsaved_end = None;
         let outcome = match saved {
             Ok(()) => outcome,
             // Taken and ended by another Jarvis (this one was stopped for it): its end stands.
@@ -188,13 +197,14 @@ impl ReplyJob {
             }
             Err(err) => {
                 tracing::error!(%err, reply = %self.reply, "could not store the end of a reply");
-                let reason = unsaved(&err);
                 let (store, reply) = (self.store.clone(), self.reply);
                 let text = crate::envelope::strip_envelopes(&text);
-                tokio::spawn(end_unsaved(store, reply, text, reason.clone()));
+                unsaved_end = Some(end_unsaved(store, reply, text, outcome));
+                self.settling
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 Outcome {
                     state: ReplyState::Failed,
-                    reason: Some(reason),
+                    reason: Some(unsaved(&err)),
                 }
             }
         };
@@ -260,6 +270,9 @@ impl ReplyJob {
             state: outcome.state,
             reason: outcome.reason,
         });
+        if let Some(end) = unsaved_end {
+            end.await;
+        }
         // The service may be gone already (the process is ending); nothing is owed to it then.
         let _ = self
             .done

@@ -97,6 +97,15 @@ fn needed_key(settings: &Settings, kind: config::BackendKind) -> Option<&'static
     }
 }
 
+/// Where a key's save to the OS keyring stands: a save given up (the keyring did not answer in
+/// time) is undone by the keyring's thread if the keyring takes the key after all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeySave {
+    Waiting,
+    GivenUp,
+    Answered,
+}
+
 /// The environment as the session reads it (the real one, or a test's).
 pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -327,18 +336,47 @@ impl Session {
         }
         if let (Some(var), Some(key)) = (form.backend.key_var(), new_key.clone()) {
             let key = SecretString::from(key);
-            // Bounded as the view's wait is: a locked keyring leaves the file as it was.
-            tokio::time::timeout(
-                KEYRING_WAIT,
-                ask_keyring(move || config::store_key(var, &key)),
-            )
-            .await
-            .map_err(|_| SessionError::Keyring {
-                var,
-                source: config::KeyringError::NoAnswer(KEYRING_WAIT.as_secs()),
-            })?
-            .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
-            .map_err(|source| SessionError::Keyring { var, source })?;
+            // Bounded as the view's wait is: a locked keyring leaves the file as it was — and
+            // the keyring too, if it answers after the save was given up.
+            let save = Arc::new(std::sync::Mutex::new(KeySave::Waiting));
+            let mut asked = {
+                let save = save.clone();
+                ask_keyring(move || {
+                    let before = config::find_key(var, &|_| None).map(|(key, _)| key);
+                    let stored = config::store_key(var, &key);
+                    let mut save = save.lock().unwrap_or_else(|p| p.into_inner());
+                    if stored.is_ok() && *save == KeySave::GivenUp {
+                        let restored = match &before {
+                            Some(old) => config::store_key(var, old),
+                            None => config::delete_key(var).map(drop),
+                        };
+                        tracing::info!(
+                            restored = restored.is_ok(),
+                            "a key the keyring took after its save was given up was taken back"
+                        );
+                    }
+                    *save = KeySave::Answered;
+                    stored
+                })
+            };
+            if tokio::time::timeout(KEYRING_WAIT, &mut asked)
+                .await
+                .is_err()
+            {
+                let mut state = save.lock().unwrap_or_else(|p| p.into_inner());
+                if *state == KeySave::Waiting {
+                    *state = KeySave::GivenUp;
+                    return Err(SessionError::Keyring {
+                        var,
+                        source: config::KeyringError::NoAnswer(KEYRING_WAIT.as_secs()),
+                    });
+                }
+                // It answered as the wait ran out: that answer stands (and is on its way).
+            }
+            asked
+                .await
+                .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
+                .map_err(|source| SessionError::Keyring { var, source })?;
         }
         let (old, config) = self.write(changes).await?;
         let new = &config.settings;

@@ -23,6 +23,10 @@ pub type PartsMaker = Arc<dyn Fn(&Config) -> Result<VoiceParts, VoiceError> + Se
 /// ends.
 pub const QUIET_BEFORE_RESTART: Duration = Duration::from_millis(500);
 
+/// The longest a new voice loop waits for the words being said to the one it replaces (the
+/// listener closes an utterance within 30 s, and transcribes it).
+const HEARING_WAIT: Duration = Duration::from_secs(45);
+
 /// The real parts: the speech model (loaded when first needed), the wake word when installed,
 /// the speaker (or, without one, a recorder: answers are shown, not heard), the microphone the
 /// settings name (opened only while a mode listens) and espeak-ng.
@@ -152,6 +156,11 @@ impl VoiceSupervisor {
             ..VoiceOptions::default()
         };
         let built = tokio::task::spawn_blocking(move || make(&config)).await;
+        if matches!(built, Ok(Ok(_))) {
+            // Someone speaking to the loop being replaced (the models take seconds to load) is
+            // heard by it to the end: the new loop would hear only the rest of their words.
+            self.until_not_hearing().await;
+        }
         let result = match built {
             Ok(Ok(parts)) => {
                 tracing::debug!("voice loop started");
@@ -321,6 +330,15 @@ impl VoiceSupervisor {
             return Ok(());
         }
         slot.current.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// Waits, at most [`HEARING_WAIT`], until the running loop is not in the middle of someone's
+    /// words.
+    async fn until_not_hearing(&self) {
+        let since = std::time::Instant::now();
+        while self.hearing() && since.elapsed() < HEARING_WAIT {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Whether the user is saying something the running loop has not yet put to the

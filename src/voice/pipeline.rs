@@ -673,10 +673,9 @@ impl LoopState {
                         Some(format!("listening stopped on an internal error ({what})"))
                     }
                 };
-                if ended.is_some() {
-                    // An utterance it was in will not end: nobody waits for it.
-                    after.set_hearing(false);
-                }
+                // An utterance it was in when it ended, however, will not end now: nobody waits
+                // for it. (One it closed on being asked to finish was sent to the loop already.)
+                after.set_hearing(false);
                 // (A microphone the loop closed meanwhile is no news.)
                 if let Some(why) = ended.filter(|_| !stop.load(Ordering::SeqCst)) {
                     let _ = events.send(ListenEvent::MicrophoneLost(why));
