@@ -545,3 +545,27 @@ async fn a_successful_answer_that_is_not_an_event_stream_is_named_as_such() {
     }
     assert_eq!(stub.received().len(), 2, "not retried");
 }
+
+/// Issue 30 item 5: an SSE `error` event's message is the server's text, of any length; it is
+/// capped as an error response's body is before it is shown and stored as the reply's reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_event_with_an_endless_message_is_capped_in_the_reason() {
+    for kind in WIRES {
+        let stub = Stub::start().await.unwrap();
+        stub.push(Script::text("Partly").ending_after(
+            1,
+            Ending::ErrorEvent {
+                error_type: "overloaded_error".into(),
+                message: "Overloaded! ".repeat(50_000),
+            },
+        ));
+        let (_, _, stored) = run_one(settings(kind, &stub), &stub).await;
+        assert_eq!(stored.state, ReplyState::Failed, "{kind}");
+        let reason = stored.reason.unwrap();
+        assert!(
+            reason.contains("Overloaded!") && reason.chars().count() < 1_000,
+            "{kind}: a reason of {} characters",
+            reason.chars().count()
+        );
+    }
+}

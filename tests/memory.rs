@@ -1302,3 +1302,112 @@ async fn each_round_of_a_tool_loop_tells_the_actions_running_then() {
         "the second round still said the summary ran: {second}"
     );
 }
+
+/// Issue 30 item 5: a hostile or broken server's tool calls are bounded. Ten thousand calls in
+/// one round: the first 8 run, 8 more are answered "not run", the rest are dropped unread; a tool
+/// that was not offered is never run, and its name is not echoed whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_thousand_tool_calls_in_one_round_run_eight_and_an_unoffered_tool_never_runs() {
+    for kind in [BackendKind::Anthropic, BackendKind::Openai] {
+        let stub = Stub::start().await.unwrap();
+        let mut flood = Script::text("");
+        for n in 0..10_000 {
+            flood = flood.tool_call(
+                &format!("c{n}"),
+                "remember_fact",
+                &format!(r#"{{"fact": "Fact number {n}."}}"#),
+            );
+        }
+        stub.push(flood);
+        let long_name = "x".repeat(100_000);
+        stub.push(Script::text("").tool_call("u1", &long_name, "{}"));
+        stub.push(Script::text("Done."));
+        let dir = Dir::new();
+        let service = service(&dir, settings(kind, &stub));
+        let (_, events) = ask(&service, None, "Hello.").await;
+        assert_eq!(ending(&events).0, ReplyState::Done, "{kind}: {events:?}");
+        let facts = dir.store().facts().unwrap();
+        assert_eq!(facts.len(), 8, "{kind}: the first 8 ran");
+        let received = stub.received();
+        let results = tool_results(&received[1].body);
+        assert_eq!(results.len(), 16, "{kind}: 16 kept, the rest dropped");
+        assert!(
+            results[8..]
+                .iter()
+                .all(|r| r.starts_with("remember_fact was not run: at most 8 tool calls")),
+            "{kind}: {results:?}"
+        );
+        let unoffered = tool_results(&received[2].body);
+        let last = unoffered.last().unwrap();
+        assert!(
+            last.contains("was not run: it was not offered in this request") && last.len() < 200,
+            "{kind}: {}",
+            &last[..last.len().min(300)]
+        );
+    }
+}
+
+/// Issue 30 item 5: the last round offers no tools; calls a server sends then were run all the
+/// same. They are not, and the reply ends with a named outcome.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_in_the_tool_less_last_round_are_not_run_and_the_reply_says_why() {
+    let stub = Stub::start().await.unwrap();
+    for n in 0..8 {
+        stub.push(Script::text("").tool_call(
+            &format!("r{n}"),
+            "remember_fact",
+            &format!(r#"{{"fact": "Round fact {n}."}}"#),
+        ));
+    }
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let (_, events) = ask(&service, None, "Hello.").await;
+    let (state, reason) = ending(&events);
+    assert_eq!(state, ReplyState::Failed);
+    assert_eq!(
+        reason.as_deref(),
+        Some("the model kept calling tools after 8 rounds; its last calls were not run")
+    );
+    let received = stub.received();
+    assert_eq!(received.len(), 8);
+    assert!(received[7]
+        .body
+        .get("tools")
+        .is_none_or(|t| t.as_array().is_none_or(|a| a.is_empty())));
+    let facts: Vec<String> = dir
+        .store()
+        .facts()
+        .unwrap()
+        .into_iter()
+        .map(|f| f.text)
+        .collect();
+    assert_eq!(
+        facts.len(),
+        7,
+        "the last round's call was not run: {facts:?}"
+    );
+    assert!(!facts.contains(&"Round fact 7.".to_string()));
+}
+
+/// Issue 30 item 5: a tool name longer than the longest reply kept (a megabyte is already
+/// refused as an event) counts against the reply's room, as its text does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_tool_name_ends_the_reply_at_its_longest_kept() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("big", &"n".repeat(300_000), "{}"));
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Anthropic, &stub));
+    let (_, events) = ask(&service, None, "Hello.").await;
+    let (state, reason) = ending(&events);
+    assert_eq!(state, ReplyState::Failed);
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains("the longest kept"),
+        "named as too long: {reason}"
+    );
+    assert_eq!(
+        stub.received().len(),
+        1,
+        "nothing ran, nothing more was asked"
+    );
+}

@@ -5,7 +5,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use super::sse::{self, secret_header, Decoder, Transport};
 use super::{
@@ -138,18 +138,18 @@ impl Backend for Anthropic {
 /// Reads the Messages API's events.
 #[derive(Default)]
 pub struct MessagesDecoder {
-    tool_blocks: HashSet<usize>,
-    tool_indexes: Vec<usize>,
+    /// Each tool block's call index: calls are numbered from 0 in the order they start,
+    /// whatever their block index (found in O(1) however many a server sends).
+    tool_blocks: HashMap<usize, usize>,
     done: bool,
 }
 
 impl MessagesDecoder {
-    /// Tool calls are numbered from 0 in the order they start, whatever their block index.
     fn tool_index(&self, block: usize) -> usize {
-        self.tool_indexes
-            .iter()
-            .position(|b| *b == block)
-            .unwrap_or(self.tool_indexes.len())
+        self.tool_blocks
+            .get(&block)
+            .copied()
+            .unwrap_or(self.tool_blocks.len())
     }
 }
 
@@ -233,9 +233,8 @@ impl Decoder for MessagesDecoder {
             }],
             "content_block_start" => match data.content_block {
                 Some(b) if b.kind == "tool_use" => {
-                    self.tool_blocks.insert(block);
                     let index = self.tool_index(block);
-                    self.tool_indexes.push(block);
+                    self.tool_blocks.insert(block, index);
                     vec![LlmEvent::ToolCallStart {
                         index,
                         id: b.id.unwrap_or_default().into_owned(),
@@ -267,7 +266,7 @@ impl Decoder for MessagesDecoder {
                 },
                 _ => Vec::new(),
             },
-            "content_block_stop" if self.tool_blocks.contains(&block) => {
+            "content_block_stop" if self.tool_blocks.contains_key(&block) => {
                 vec![LlmEvent::ToolCallEnd {
                     index: self.tool_index(block),
                 }]
@@ -296,9 +295,10 @@ impl Decoder for MessagesDecoder {
                     kind: "error".into(),
                     message: "".into(),
                 });
+                // (A server's words, capped as an error body's are.)
                 return Err(LlmError::Api {
-                    kind: error.kind.into_owned(),
-                    message: error.message.into_owned(),
+                    kind: sse::capped(&error.kind),
+                    message: sse::capped(&error.message),
                 });
             }
             // ping, content_block_stop of text, and event types added later.

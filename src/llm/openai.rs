@@ -244,7 +244,11 @@ impl Decoder for ChunkDecoder {
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .unwrap_or_else(|| error.to_string());
-            return Err(LlmError::Api { kind, message });
+            // (A server's words, capped as an error body's are.)
+            return Err(LlmError::Api {
+                kind: sse::capped(&kind),
+                message: sse::capped(&message),
+            });
         }
         if let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) {
             if let Some(delta) = choice.delta {

@@ -162,6 +162,16 @@ pub fn matching<'f>(facts: &'f [Fact], query: &str) -> Vec<&'f Fact> {
         .collect()
 }
 
+/// A tool's name as an answer may repeat it: a server's name can be of any length, and is cut
+/// to 64 characters.
+pub fn shown_name(name: &str) -> String {
+    const SHOWN: usize = 64;
+    match name.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &name[..end]),
+        None => name.to_string(),
+    }
+}
+
 /// Runs one call of the model's for `chat`; its result goes back to the model.
 pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
     let result = |content: String, is_error: bool| ToolResult {
@@ -258,7 +268,12 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall) -> ToolResult {
             Ok(None) => Ok("This chat has no earlier records beyond what you see.".into()),
             Err(err) => Err(err),
         },
-        other => return result(format!("there is no tool called {other}"), true),
+        other => {
+            return result(
+                format!("there is no tool called {}", shown_name(other)),
+                true,
+            )
+        }
     };
     match outcome {
         Ok(text) => result(text, false),

@@ -405,7 +405,9 @@ impl ReplyJob {
             saved_at: Instant::now(),
             dirty: false,
         };
-        let mut outcome = Outcome::failed("the model kept calling tools");
+        let mut outcome = Outcome::failed(format!(
+            "the model kept calling tools after {MAX_ROUNDS} rounds; its last calls were not run"
+        ));
         for round in 0..MAX_ROUNDS {
             if round + 1 == MAX_ROUNDS {
                 // The last round must answer in words.
@@ -446,9 +448,8 @@ impl ReplyJob {
                                 Some(why) => ToolResult {
                                     id: call.id.clone(),
                                     content: format!(
-                                        "{} was not run: its arguments were {why}. Call it again \
-                                         with a JSON object that matches its schema.",
-                                        call.name
+                                        "{} was not run: {why}.",
+                                        memory::shown_name(&call.name)
                                     ),
                                     is_error: true,
                                 },
@@ -610,10 +611,20 @@ impl ReplyJob {
                     None if !calls.is_empty() => {
                         let calls = calls
                             .into_values()
-                            .map(|(id, name, args)| {
+                            .enumerate()
+                            .map(|(n, (id, name, args))| {
                                 let (arguments, refused) = match arguments_of(&args) {
                                     Ok(arguments) => (arguments, None),
-                                    Err(why) => (serde_json::json!({}), Some(why)),
+                                    Err(why) => (serde_json::json!({}), Some(format!("its arguments were {why}. Call it again with a JSON object that matches its schema"))),
+                                };
+                                // Only a tool this request offered is run (the last round
+                                // offers none), and only so many at once.
+                                let refused = if !request.tools.iter().any(|t| t.name == name) {
+                                    Some("it was not offered in this request".to_string())
+                                } else if n >= CALLS_RUN {
+                                    Some(format!("at most {CALLS_RUN} tool calls are run at once; call it again in the next round"))
+                                } else {
+                                    refused
                                 };
                                 (ToolCall { id, name, arguments }, refused)
                             })
@@ -645,6 +656,16 @@ impl ReplyJob {
                         }
                     }
                     Some(Ok(Guarded::Event(LlmEvent::ToolCallStart { index, id, name }))) => {
+                        // A server may send any number of calls, of any size: their names and
+                        // ids count against the reply's room, and past CALLS_KEPT they are not
+                        // kept at all (nor their arguments).
+                        if calls.len() >= CALLS_KEPT {
+                            continue;
+                        }
+                        let (mut id, mut name) = (id, name);
+                        if take_room(&mut id, &mut room) || take_room(&mut name, &mut room) {
+                            return Round::Ended(self.too_long());
+                        }
                         calls.insert(index, (id, name, String::new()));
                     }
                     Some(Ok(Guarded::Event(LlmEvent::ToolCallArgs { index, fragment }))) => {
@@ -710,11 +731,18 @@ enum Compacted {
 /// The most requests one reply makes when the model calls tools.
 const MAX_ROUNDS: usize = 8;
 
+/// The most tool calls of one round that are run; the rest are answered "not run".
+const CALLS_RUN: usize = 8;
+
+/// The most tool calls of one round kept at all (run, or answered "not run"); a server's further
+/// calls are dropped unread.
+const CALLS_KEPT: usize = 2 * CALLS_RUN;
+
 /// How a round ended.
 enum Round {
     Ended(Outcome),
     /// The tools the model called, each with why it is not run (its arguments are not a JSON
-    /// object), if it is not.
+    /// object, the tool was not offered, too many were called at once), if it is not.
     Calls {
         text: String,
         calls: Vec<(ToolCall, Option<String>)>,

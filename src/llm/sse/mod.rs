@@ -247,7 +247,7 @@ async fn error_body(mut response: reqwest::Response) -> String {
 }
 
 /// `text` cut to [`MESSAGE_LIMIT`] characters, with "…" where it was cut.
-fn capped(text: &str) -> String {
+pub(crate) fn capped(text: &str) -> String {
     match text.char_indices().nth(MESSAGE_LIMIT) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_string(),
