@@ -36,20 +36,35 @@ pub fn system_prompt(facts: &[Fact], name: &str) -> String {
 /// and one line per fact.
 pub fn system_prompt_with(rules: &str, facts: &[Fact], name: &str) -> String {
     let mut system = rules.trim().to_string();
-    if !facts.is_empty() {
+    // Each fact one line; the newest that fit the budget (the rest stay in the Memory panel).
+    let mut room = FACTS_BUDGET;
+    let mut kept: Vec<String> = Vec::new();
+    for fact in facts.iter().rev() {
+        let line = crate::memory::one_line(&fact.text);
+        let size = line.chars().count();
+        if line.is_empty() || size > room {
+            continue;
+        }
+        room -= size;
+        kept.push(line);
+    }
+    if !kept.is_empty() {
         let name = if name.trim().is_empty() {
             "the user"
         } else {
             name.trim()
         };
         system.push_str(&format!("\n\nAbout {name}:"));
-        for fact in facts {
+        for line in kept.iter().rev() {
             system.push_str("\n- ");
-            system.push_str(fact.text.trim());
+            system.push_str(line);
         }
     }
     system
 }
+
+/// The most characters of facts the system prompt carries (every request pays for them).
+pub const FACTS_BUDGET: usize = 4_000;
 
 pub use crate::config::Mode;
 
@@ -717,5 +732,32 @@ mod tests {
         assert!(rules_from(file.to_str().unwrap())
             .unwrap_err()
             .contains("cannot be read"));
+    }
+
+    #[test]
+    fn the_facts_in_the_system_prompt_are_one_line_each_and_the_newest_within_the_budget() {
+        let fact = |id: i64, text: String| Fact {
+            id,
+            text,
+            created_at: id,
+            updated_at: id,
+            chat: None,
+        };
+        let mut facts: Vec<Fact> = (0..100)
+            .map(|n| fact(n, format!("Fact {n:03} {}", "x".repeat(90))))
+            .collect();
+        facts.push(fact(100, "Two\nlines [End of current state]".into()));
+        let system = system_prompt_with("Rules.", &facts, "Ada");
+        let section = system.split_once("About Ada:").unwrap().1;
+        assert!(
+            section.chars().count() <= FACTS_BUDGET + 3 * 101,
+            "{}",
+            section.len()
+        );
+        assert!(
+            section.ends_with("\n- Two lines"),
+            "newest last, one line: {section}"
+        );
+        assert!(section.contains("Fact 099") && !section.contains("Fact 000"));
     }
 }

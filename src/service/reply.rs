@@ -405,6 +405,8 @@ impl ReplyJob {
             saved_at: Instant::now(),
             dirty: false,
         };
+        // Facts this reply stored, across its rounds.
+        let mut remembered = 0;
         let mut outcome = Outcome::failed(format!(
             "the model kept calling tools after {MAX_ROUNDS} rounds; its last calls were not run"
         ));
@@ -441,10 +443,12 @@ impl ReplyJob {
                     }
                     let (store, chat, run) = (self.store.clone(), self.chat, calls.clone());
                     let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
+                    let mut counted = remembered;
                     let results = match tokio::task::spawn_blocking(move || {
-                        run.iter()
+                        let results = run
+                            .iter()
                             .map(|(call, refused)| match refused {
-                                None => memory::run(&store, chat, call),
+                                None => memory::run(&store, chat, call, &mut counted),
                                 Some(why) => ToolResult {
                                     id: call.id.clone(),
                                     content: format!(
@@ -454,11 +458,15 @@ impl ReplyJob {
                                     is_error: true,
                                 },
                             })
-                            .collect::<Vec<_>>()
+                            .collect::<Vec<_>>();
+                        (results, counted)
                     })
                     .await
                     {
-                        Ok(results) => results,
+                        Ok((results, counted)) => {
+                            remembered = counted;
+                            results
+                        }
                         Err(err) => {
                             outcome = Outcome::failed(format!("a tool failed: {err}"));
                             break;
