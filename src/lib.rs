@@ -39,6 +39,7 @@ pub mod prompt;
 pub mod service;
 pub mod session;
 pub mod store;
+pub mod terminal;
 pub mod voice;
 
 pub use service::{AskError, Attachment, Event, Service, ServiceError, ServiceOptions};

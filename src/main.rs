@@ -196,11 +196,12 @@ impl From<ModeArg> for jarvis::service::ListenMode {
     }
 }
 
-/// Prints a line to stdout; a reader that went away (`jarvis … | head`) is an error the caller
-/// passes up, and `main` ends quietly on it.
+/// Prints a line to stdout, with any escape sequence or control character a model, a server or
+/// a pasted page put in it taken out ([`jarvis::terminal`]); a reader that went away (`jarvis …
+/// | head`) is an error the caller passes up, and `main` ends quietly on it.
 macro_rules! say {
     ($($arg:tt)*) => {
-        writeln!(std::io::stdout(), $($arg)*)?
+        writeln!(std::io::stdout(), "{}", jarvis::terminal::scrub(&format!($($arg)*)))?
     };
 }
 
@@ -552,7 +553,9 @@ fn exit_for(ended: Ended) -> ExitCode {
         Ended::Reply(state, reason) => {
             eprintln!(
                 "jarvis: the reply {state}{}",
-                reason.map(|r| format!(": {r}")).unwrap_or_default()
+                reason
+                    .map(|r| format!(": {}", jarvis::terminal::scrub(&r)))
+                    .unwrap_or_default()
             );
             ExitCode::from(if state == ReplyState::Stopped {
                 EXIT_STOPPED
@@ -592,6 +595,8 @@ async fn stream_reply(
     let mut stdout = std::io::stdout();
     let mut stop_asked = false;
     let mut gone: Option<std::io::Error> = None;
+    // The answer reaches a terminal without the escape sequences it may carry.
+    let mut scrub = jarvis::terminal::Scrub::default();
     loop {
         let event = tokio::select! {
             event = attachment.next_of(reply) => event,
@@ -605,7 +610,7 @@ async fn stream_reply(
             None => bail!("the conversation service stopped before the reply ended"),
             Some(Event::Delta { text, .. }) if gone.is_none() => {
                 if let Err(err) = stdout
-                    .write_all(text.as_bytes())
+                    .write_all(scrub.push(&text).as_bytes())
                     .and_then(|()| stdout.flush())
                 {
                     // Nobody reads the answer any more: it is stopped (its text so far is kept)
@@ -618,16 +623,19 @@ async fn stream_reply(
                 }
             }
             Some(Event::Delta { .. }) => {}
-            Some(Event::Waiting { message, .. }) => eprintln!("{message}"),
+            Some(Event::Waiting { message, .. }) => {
+                eprintln!("{}", jarvis::terminal::scrub(&message))
+            }
             // What Jarvis is doing ("Remembering…") goes to stderr, beside the answer.
-            Some(Event::Action { label, .. }) => eprintln!("({label})"),
+            Some(Event::Action { label, .. }) => eprintln!("({})", jarvis::terminal::scrub(&label)),
             Some(Event::Retrying {
                 attempt,
                 wait_ms,
                 reason,
                 ..
             }) => eprintln!(
-                "({reason}; trying again in {:.1} s, attempt {attempt})",
+                "({}; trying again in {:.1} s, attempt {attempt})",
+                jarvis::terminal::scrub(&reason),
                 wait_ms as f64 / 1000.0
             ),
             Some(Event::ReplyEnded { state, reason, .. }) => {
@@ -685,18 +693,18 @@ async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode
                 for c in service.chats().await? {
                     let mark = if Some(c.id) == chat { "*" } else { " " };
                     let state = c.last_reply.map(|s| s.as_str()).unwrap_or("new");
-                    println!("{mark}{}\t{state}\t{}", c.id, c.title);
+                    say!("{mark}{}\t{state}\t{}", c.id, c.title);
                 }
             }
             ("/open", id) => match id.parse::<i64>().map(ChatId) {
                 Ok(id) => match service.store().chat(id) {
                     Ok(found) => {
                         chat = Some(found.id);
-                        println!("# {} (chat {})", found.title, found.id);
+                        say!("# {} (chat {})", found.title, found.id);
                         let records = service.records(found.id).await?;
                         for r in &records {
                             afresh_line(found.history_since, Some(r.seq))?;
-                            println!("{}: {}", r.role.as_str(), r.text);
+                            say!("{}: {}", r.role.as_str(), r.text);
                         }
                         afresh_line(found.history_since, after(&records))?;
                     }
@@ -740,7 +748,9 @@ fn report(ended: Result<Ended>) {
         Ok(Ended::Reply(ReplyState::Done, _)) | Ok(Ended::Busy) => {}
         Ok(Ended::Reply(state, reason)) => println!(
             "[reply {state}{}]",
-            reason.map(|r| format!(": {r}")).unwrap_or_default()
+            reason
+                .map(|r| format!(": {}", jarvis::terminal::scrub(&r)))
+                .unwrap_or_default()
         ),
         Err(err) => println!("[{err:#}]"),
     }

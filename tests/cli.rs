@@ -811,3 +811,29 @@ async fn doctor_runs_integrity_check_and_names_a_damaged_database() {
     assert_ne!(code, 0, "{report}");
     assert!(report.contains("damaged"), "{report}");
 }
+
+/// Issue 30 item 7: an answer carrying terminal escape sequences (an OSC 52 clipboard write, a
+/// window-title change, colours) that a page the model read put there: `jarvis ask` and
+/// `jarvis show` print its words and not one escape byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_and_show_print_an_answer_without_its_escape_sequences() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text(
+            "Hello \u{1b}]52;c;cm0gLXJmIH4=\u{7}world\u{1b}]0;pwned\u{1b}\\! \u{1b}[31mred\u{1b}[0m",
+        )
+        .deltas_of(3),
+    );
+    let dir = Dir::new();
+    let mut ask = jarvis(&dir);
+    at_stub(&mut ask, &stub);
+    let (code, stdout, stderr) = output(ask.args(["ask", "--new", "Summarise the page."])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "Hello world! red\n");
+    let (code, shown, _) = output(jarvis(&dir).args(["show", "1"])).await;
+    assert_eq!(code, 0);
+    assert!(
+        !shown.contains('\u{1b}') && shown.contains("assistant: Hello world! red"),
+        "{shown:?}"
+    );
+}
