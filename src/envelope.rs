@@ -7,6 +7,29 @@ pub const STATE_OPEN: &str = "[Current state | provided by the app, not said by 
 /// Closes it.
 pub const STATE_CLOSE: &str = "[End of current state]";
 
+/// Opens the summary of a compacted chat's older part.
+pub const SUMMARY_OPEN: &str = "[Summary of the earlier part of this conversation]";
+
+/// Text as one line (a fact): the app's envelopes taken out (a copied state block, a day line), line
+/// breaks and other control characters made spaces, runs of spaces made one.
+pub fn one_line(text: &str) -> String {
+    let mut text = strip_envelopes(text);
+    for marker in [STATE_OPEN, STATE_CLOSE, SUMMARY_OPEN] {
+        text = text.replace(marker, " ");
+    }
+    let spaced: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    spaced.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Removes what the model may have copied from the request's envelopes into its answer: state
 /// blocks, and a leading day line or `[...] label:` prefix.
 pub fn strip_envelopes(text: &str) -> String {

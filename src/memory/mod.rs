@@ -36,30 +36,6 @@ pub const FACT_LIMIT: usize = 500;
 /// fill every future system prompt through it.
 pub const FACTS_PER_REPLY: usize = 3;
 
-/// A fact as one line: the app's envelopes taken out (a copied state block, a day line), line
-/// breaks and other control characters made spaces, runs of spaces made one.
-pub fn one_line(text: &str) -> String {
-    let mut text = crate::envelope::strip_envelopes(text);
-    for marker in [
-        crate::envelope::STATE_OPEN,
-        crate::envelope::STATE_CLOSE,
-        crate::prompt::SUMMARY_OPEN,
-    ] {
-        text = text.replace(marker, " ");
-    }
-    let spaced: String = text
-        .chars()
-        .map(|c| {
-            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
-                ' '
-            } else {
-                c
-            }
-        })
-        .collect();
-    spaced.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// The tools every backend is offered.
 pub fn tools() -> Vec<ToolSpec> {
     vec![
@@ -226,7 +202,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, remembered: &mut usize)
                     false,
                 );
             }
-            let fact = one_line(arg("fact"));
+            let fact = crate::envelope::one_line(arg("fact"));
             let fact = fact.as_str();
             if fact.is_empty() {
                 return result("remember_fact needs a non-empty \"fact\"".into(), true);

@@ -40,7 +40,7 @@ pub fn system_prompt_with(rules: &str, facts: &[Fact], name: &str) -> String {
     let mut room = FACTS_BUDGET;
     let mut kept: Vec<String> = Vec::new();
     for fact in facts.iter().rev() {
-        let line = crate::memory::one_line(&fact.text);
+        let line = crate::envelope::one_line(&fact.text);
         let size = line.chars().count();
         if line.is_empty() || size > room {
             continue;
@@ -342,8 +342,7 @@ pub struct Assembly<'a> {
     pub running_actions: usize,
 }
 
-/// Opens the summary of a compacted chat's older part.
-pub const SUMMARY_OPEN: &str = "[Summary of the earlier part of this conversation]";
+pub use crate::envelope::SUMMARY_OPEN;
 
 /// The request with a compacted chat's summary first, as a user message (joined to the first
 /// message when that is the user's too).
