@@ -1442,3 +1442,23 @@ async fn a_reply_that_remembers_fifty_things_stores_three_one_line_facts() {
         ["Fact 0 is true.", "Fact 1 is true.", "Fact 2 is true."]
     );
 }
+
+/// Issue 30 item 4: a summary is bounded by Jarvis, not by the server's token limit: one of 50 KB
+/// is kept as its first sentences within 800 characters.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summary_server_answering_fifty_kilobytes_stores_a_bounded_summary() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    stub.push(Script::text("Paris is the capital of France."));
+    stub.push(
+        Script::text("The user asked about the capital of France. ".repeat(1_200)).deltas_of(500),
+    );
+    let (chat, _) = ask(&service, None, "What is the capital of France?").await;
+    let summary = summary_of(&dir, chat).await;
+    assert!(
+        summary.text.chars().count() <= 800 && summary.text.ends_with("France."),
+        "{} characters",
+        summary.text.chars().count()
+    );
+}

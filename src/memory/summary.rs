@@ -131,6 +131,7 @@ pub async fn summarise(
                 backend.clone(),
                 request(&previous, &since, backend.model()),
                 &guard,
+                SUMMARY_LIMIT,
             )
             .await
             .map_err(|err| format!("the summary request failed: {err}"))?
@@ -200,13 +201,21 @@ pub async fn complete(
     backend: Arc<dyn Backend>,
     request: Request,
     guard: &Guard,
+    limit: usize,
 ) -> Result<String, LlmError> {
     let stream = llm::guarded(backend, request, guard.clone());
     futures::pin_mut!(stream);
     let mut text = String::new();
     while let Some(event) = stream.next().await {
         match event? {
-            Guarded::Event(LlmEvent::TextDelta { text: delta }) => text.push_str(&delta),
+            Guarded::Event(LlmEvent::TextDelta { text: delta }) => {
+                text.push_str(&delta);
+                // Bounded by Jarvis, not by the server's token limit: what is past the cut is
+                // not read (the request ends when the stream is dropped).
+                if text.len() > limit.saturating_mul(4) {
+                    break;
+                }
+            }
             Guarded::Retrying {
                 attempt, reason, ..
             } => {
@@ -215,10 +224,69 @@ pub async fn complete(
             Guarded::Event(_) => {}
         }
     }
-    Ok(crate::envelope::strip_envelopes(text.trim()))
+    Ok(cut_at_sentence(
+        &crate::envelope::strip_envelopes(text.trim()),
+        limit,
+    ))
+}
+
+/// The longest summary of a chat kept (it is recalled into other chats' system prompts).
+pub const SUMMARY_LIMIT: usize = 800;
+
+/// The longest summary of a compacted chat's older part kept.
+pub const COMPACTION_LIMIT: usize = 6_000;
+
+/// `text` within `limit` characters: whole, or cut after its last sentence that fits (else at a
+/// word, marked "…").
+pub fn cut_at_sentence(text: &str, limit: usize) -> String {
+    let Some((end, _)) = text.char_indices().nth(limit) else {
+        return text.to_string();
+    };
+    let head = &text[..end];
+    let sentence = head
+        .char_indices()
+        .filter(|&(i, c)| match c {
+            // (Chinese and Japanese put no space after a sentence.)
+            '。' | '！' | '？' => true,
+            '.' | '!' | '?' => head[i + c.len_utf8()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace),
+            _ => false,
+        })
+        .map(|(i, c)| i + c.len_utf8())
+        .next_back()
+        .filter(|&at| at * 3 >= head.len());
+    match sentence {
+        Some(at) => head[..at].to_string(),
+        None => {
+            let at = head.rfind(char::is_whitespace).unwrap_or(head.len());
+            format!("{}…", head[..at].trim_end())
+        }
+    }
 }
 
 /// A rough token count: four characters a token.
 pub fn tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_summary_is_cut_after_its_last_whole_sentence_within_the_limit() {
+        let text = "The user asked about Paris. It is the capital. ".repeat(40);
+        let cut = cut_at_sentence(&text, 100);
+        assert_eq!(
+            cut,
+            "The user asked about Paris. It is the capital. The user asked about Paris. It is the capital."
+        );
+        assert_eq!(cut_at_sentence("Short.", 100), "Short.");
+        let words = "word ".repeat(100);
+        let cut = cut_at_sentence(&words, 52);
+        assert!(cut.ends_with("word…") && cut.chars().count() <= 53, "{cut}");
+        assert_eq!(cut_at_sentence("好。很好。", 3), "好。");
+    }
 }

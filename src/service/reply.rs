@@ -550,7 +550,12 @@ impl ReplyJob {
             self.backend.model(),
         );
         let guard = self.guard();
-        let call = memory::summary::complete(self.backend.clone(), request, &guard);
+        let call = memory::summary::complete(
+            self.backend.clone(),
+            request,
+            &guard,
+            memory::summary::COMPACTION_LIMIT,
+        );
         tokio::pin!(call);
         let mut heartbeat = tokio::time::interval(LEASE / 3);
         let summary = loop {
