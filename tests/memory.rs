@@ -823,19 +823,25 @@ async fn starting_afresh_hides_what_came_before_from_the_model_and_keeps_it_in_t
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action_still_runs() {
-    let stub = Stub::start().await.unwrap();
-    let dir = Dir::new();
-    let service = service_with_recall(&dir, &stub, &model_dir());
+/// Scripts an answer about Paris, then its summary held until the gate returned is released.
+fn answer_then_a_held_summary(stub: &Stub) -> jarvis_stub::Gate {
     stub.push(Script::text("Paris is the capital of France."));
-    // The summary of that answer runs until the follow-up is asked.
     let summary = stub.gate();
     stub.push(
         Script::text("The user asked about the capital of France; it is Paris.")
             .deltas_of(2)
             .held_after(1, &summary),
     );
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follow_up_asked_while_the_last_answer_is_summarised_is_told_an_action_still_runs() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let service = service_with_recall(&dir, &stub, &model_dir());
+    // The summary of that answer runs until the follow-up is asked.
+    let summary = answer_then_a_held_summary(&stub);
     stub.push(Script::text("About two million people."));
     stub.push(Script::text(
         "The user asked about Paris and how many live there.",
@@ -1260,13 +1266,7 @@ async fn each_round_of_a_tool_loop_tells_the_actions_running_then() {
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let service = service_with_recall(&dir, &stub, &model_dir());
-    stub.push(Script::text("Paris is the capital of France."));
-    let summary = stub.gate();
-    stub.push(
-        Script::text("The user asked about the capital of France; it is Paris.")
-            .deltas_of(2)
-            .held_after(1, &summary),
-    );
+    let summary = answer_then_a_held_summary(&stub);
     // The follow-up's first round is held until the summary has ended.
     let first_round = stub.gate();
     stub.push(

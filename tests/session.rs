@@ -693,11 +693,8 @@ async fn what_the_model_sees_shows_an_unsaved_voice_conversation() {
     );
 }
 
-/// Issue 28 item 14: a restart of the voice loop (a settings change) that came while the user
-/// was still speaking replaced the loop with their words in it. It waits for them, and the
-/// question is asked.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_asked() {
+/// A session whose voice loop runs hands-free with its microphone open, and that microphone.
+async fn listening_hands_free() -> (Rig, Feed) {
     let rig = rig().await;
     let service = rig.session.service();
     service
@@ -709,7 +706,11 @@ async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_as
     let mic = rig.maker.builds()[0].microphone.clone();
     rig.until("the microphone open", || mic.opened_at().is_some())
         .await;
-    rig.stub.push(Script::text("It will be sunny."));
+    (rig, mic)
+}
+
+/// Says a question of a few seconds (longer than the quiet a restart waits for) into `mic`.
+fn say_a_weather_question(mic: &Feed) {
     mic.say(
         &jarvis::voice::fixtures::speech(
             "What will the weather be like tomorrow morning in the north of the country?",
@@ -717,6 +718,21 @@ async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_as
         .unwrap()
         .then(&jarvis::voice::fixtures::silence(900)),
     );
+}
+
+fn assert_weather_asked(rig: &Rig) {
+    let asked = rig.stub.received()[0].body["messages"].to_string();
+    assert!(asked.to_lowercase().contains("weather"), "{asked}");
+}
+
+/// Issue 28 item 14: a restart of the voice loop (a settings change) that came while the user
+/// was still speaking replaced the loop with their words in it. It waits for them, and the
+/// question is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_asked() {
+    let (rig, mic) = listening_hands_free().await;
+    rig.stub.push(Script::text("It will be sunny."));
+    say_a_weather_question(&mic);
     rig.until("the user heard speaking", || rig.session.voice().hearing())
         .await;
     let mut form = rig.form();
@@ -724,8 +740,7 @@ async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_as
     rig.session.apply(form).await.unwrap();
     rig.until("the question asked", || rig.stub.received().len() == 1)
         .await;
-    let asked = rig.stub.received()[0].body["messages"].to_string();
-    assert!(asked.to_lowercase().contains("weather"), "{asked}");
+    assert_weather_asked(&rig);
     rig.until("the new loop, once all is quiet", || {
         rig.maker.builds().len() == 2
     })
@@ -736,17 +751,7 @@ async fn a_voice_restart_waits_for_the_words_being_said_and_their_question_is_as
 /// Whisper and Piper) are heard to their end by the loop being replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn words_begun_while_the_new_voice_loop_loads_are_heard_by_the_old_one() {
-    let rig = rig().await;
-    let service = rig.session.service();
-    service
-        .set_listen_mode(ListenMode::HandsFree)
-        .await
-        .unwrap();
-    rig.session.start_voice().await;
-    service.set_listening(true).await.unwrap();
-    let mic = rig.maker.builds()[0].microphone.clone();
-    rig.until("the microphone open", || mic.opened_at().is_some())
-        .await;
+    let (rig, mic) = listening_hands_free().await;
     rig.stub.push(Script::text("It will be sunny."));
     rig.maker.set_held(true);
     let mut form = rig.form();
@@ -754,20 +759,13 @@ async fn words_begun_while_the_new_voice_loop_loads_are_heard_by_the_old_one() {
     rig.session.apply(form).await.unwrap();
     rig.until("the new loop's build to begin", || rig.maker.begun() == 2)
         .await;
-    mic.say(
-        &jarvis::voice::fixtures::speech(
-            "What will the weather be like tomorrow morning in the north of the country?",
-        )
-        .unwrap()
-        .then(&jarvis::voice::fixtures::silence(900)),
-    );
+    say_a_weather_question(&mic);
     rig.until("the user heard speaking", || rig.session.voice().hearing())
         .await;
     rig.maker.set_held(false);
     rig.until("the question asked", || rig.stub.received().len() == 1)
         .await;
-    let asked = rig.stub.received()[0].body["messages"].to_string();
-    assert!(asked.to_lowercase().contains("weather"), "{asked}");
+    assert_weather_asked(&rig);
     rig.until("the new loop", || rig.maker.builds().len() == 2)
         .await;
 }

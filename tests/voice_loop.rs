@@ -227,6 +227,27 @@ impl Rig {
     }
 
     /// Waits until `done` holds of what the speaker played.
+    /// Asks for the long answer, held after `deltas` of its pieces, and hides the orb once
+    /// `played` of its voice has played: the reply, its gate, and the clips made until then.
+    async fn hidden_mid_answer(
+        &mut self,
+        deltas: usize,
+        played: Duration,
+    ) -> (ReplyId, jarvis_stub::Gate, usize) {
+        let gate = self.stub.gate();
+        self.stub.push(
+            Script::text(long_answer())
+                .deltas_of(4)
+                .held_after(deltas, &gate),
+        );
+        let reply = self.ask("Tell me about Paris.").await;
+        self.until_played("its voice to play", |r| r.played() >= played)
+            .await;
+        self.orb = None; // the orb is hidden
+        self.until("its voice to stop", |s| !s.speaking).await;
+        (reply, gate, self.recorder.arrivals().len())
+    }
+
     async fn until_played(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
         eventually(what, || done(&self.recorder)).await;
     }
@@ -569,21 +590,8 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
     })
     .await;
     // The answer is still being written when the window leaves.
-    let gate = rig.stub.gate();
-    rig.stub.push(
-        Script::text(long_answer())
-            .deltas_of(4)
-            .held_after(22, &gate),
-    );
-    let reply = rig.ask("Tell me about Paris.").await;
-    rig.until_played("0.8 s of its voice", |r| {
-        r.played() >= Duration::from_millis(800)
-    })
-    .await;
-    rig.orb = None; // the orb is hidden
-    rig.until("its voice to stop", |s| !s.speaking).await;
+    let (reply, gate, clips_then) = rig.hidden_mid_answer(22, Duration::from_millis(800)).await;
     assert!(!rig.recorder.is_playing(), "no window, no sound");
-    let clips_then = rig.recorder.arrivals().len();
     assert_eq!(rig.status().replying, Some(reply), "the reply goes on");
     gate.release();
     rig.until("the reply to end", |s| s.replying.is_none())
@@ -621,21 +629,8 @@ async fn a_reply_whose_window_leaves_finishes_silently_is_kept_and_shown_as_answ
 async fn an_orb_shown_again_mid_answer_speaks_the_rest_from_the_next_sentence() {
     let _one = SERIAL.lock().await;
     let mut rig = rig(ListenMode::HandsFree, |_| {}).await;
-    let gate = rig.stub.gate();
     // Held inside its second sentence.
-    rig.stub.push(
-        Script::text(long_answer())
-            .deltas_of(4)
-            .held_after(12, &gate),
-    );
-    let reply = rig.ask("Tell me about Paris.").await;
-    rig.until_played("its first sentence playing", |r| {
-        r.played() >= Duration::from_millis(300)
-    })
-    .await;
-    rig.orb = None; // hidden
-    rig.until("its voice to stop", |s| !s.speaking).await;
-    let clips_then = rig.recorder.arrivals().len();
+    let (reply, gate, clips_then) = rig.hidden_mid_answer(12, Duration::from_millis(300)).await;
     let heard_then = rig.service.store().reply(reply).unwrap().unwrap().heard;
     assert!(heard_then.is_some(), "where it was cut is kept");
     rig.orb = Some(rig.service.voice_attach().await.unwrap()); // shown again
