@@ -312,8 +312,8 @@ pub fn section(recalled: &[crate::store::Summary]) -> String {
             .unwrap_or_default();
         out.push_str(&format!(
             "\n- \"{}\" ({day}): {}",
-            s.title.trim(),
-            s.text.trim()
+            crate::envelope::neutralise(s.title.trim()),
+            crate::envelope::neutralise(s.text.trim())
         ));
     }
     out

@@ -225,7 +225,10 @@ impl State {
     /// (its content ends on the block, a blank line and `question`) to this state's, so a later
     /// round of a tool loop tells what runs then. False, unchanged, when the content is not so.
     pub fn restate(&self, content: &mut String, was: &State, question: &str) -> bool {
-        let (old, tail) = (was.block(), format!("\n\n{}", question.trim()));
+        let (old, tail) = (
+            was.block(),
+            format!("\n\n{}", crate::envelope::neutralise(question.trim())),
+        );
         let Some(at) = content
             .strip_suffix(tail.as_str())
             .and_then(|before| before.strip_suffix(old.as_str()))
@@ -289,7 +292,10 @@ pub fn build_request(
     };
     for record in earlier {
         let (role, text) = match record.role {
-            Role::User => (MessageRole::User, record.text.trim().to_string()),
+            Role::User => (
+                MessageRole::User,
+                crate::envelope::neutralise(record.text.trim()).into_owned(),
+            ),
             Role::Assistant => (MessageRole::Assistant, strip_envelopes(&record.text)),
             Role::Tool => continue,
         };
@@ -305,7 +311,11 @@ pub fn build_request(
     }
     let asked = day_line(
         question,
-        format!("{}\n\n{}", state.block(), question.text.trim()),
+        format!(
+            "{}\n\n{}",
+            state.block(),
+            crate::envelope::neutralise(question.text.trim())
+        ),
     );
     push(&mut messages, MessageRole::User, asked);
     Request {
@@ -347,7 +357,10 @@ pub use crate::envelope::SUMMARY_OPEN;
 /// The request with a compacted chat's summary first, as a user message (joined to the first
 /// message when that is the user's too).
 pub fn with_summary(mut request: Request, summary: &str) -> Request {
-    let summary = format!("{SUMMARY_OPEN}\n{}", summary.trim());
+    let summary = format!(
+        "{SUMMARY_OPEN}\n{}",
+        crate::envelope::neutralise(summary.trim())
+    );
     match request.messages.first_mut() {
         Some(first) if first.role == MessageRole::User && first.tool_results.is_empty() => {
             first.content = format!("{summary}\n\n{}", first.content);

@@ -476,7 +476,15 @@ impl ReplyJob {
                     let mut asked = Message::text(MessageRole::Assistant, said);
                     asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     let mut answered = Message::text(MessageRole::User, "");
-                    answered.tool_results = results;
+                    // A tool's result is text from outside: no envelope of the app's in it.
+                    answered.tool_results = results
+                        .into_iter()
+                        .map(|mut result| {
+                            result.content =
+                                crate::envelope::neutralise(&result.content).into_owned();
+                            result
+                        })
+                        .collect();
                     request.messages.push(asked);
                     request.messages.push(answered);
                 }
