@@ -10,11 +10,14 @@ pub const STATE_CLOSE: &str = "[End of current state]";
 /// Opens the summary of a compacted chat's older part.
 pub const SUMMARY_OPEN: &str = "[Summary of the earlier part of this conversation]";
 
+/// The headings only the app writes.
+const MARKERS: [&str; 3] = [STATE_OPEN, STATE_CLOSE, SUMMARY_OPEN];
+
 /// Text as one line (a fact): the app's envelopes taken out (a copied state block, a day line), line
 /// breaks and other control characters made spaces, runs of spaces made one.
 pub fn one_line(text: &str) -> String {
     let mut text = strip_envelopes(text);
-    for marker in [STATE_OPEN, STATE_CLOSE, SUMMARY_OPEN] {
+    for marker in MARKERS {
         text = text.replace(marker, " ");
     }
     let spaced: String = text
@@ -37,7 +40,7 @@ pub fn one_line(text: &str) -> String {
 pub fn neutralise(text: &str) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
     let mut out: Cow<'_, str> = Cow::Borrowed(text);
-    for marker in [STATE_OPEN, STATE_CLOSE, SUMMARY_OPEN] {
+    for marker in MARKERS {
         if out.contains(marker) {
             let escaped = format!("({})", &marker[1..marker.len() - 1]);
             out = Cow::Owned(out.replace(marker, &escaped));

@@ -169,11 +169,7 @@ pub fn matching<'f>(facts: &'f [Fact], query: &str) -> Vec<&'f Fact> {
 /// A tool's name as an answer may repeat it: a server's name can be of any length, and is cut
 /// to 64 characters.
 pub fn shown_name(name: &str) -> String {
-    const SHOWN: usize = 64;
-    match name.char_indices().nth(SHOWN) {
-        Some((end, _)) => format!("{}…", &name[..end]),
-        None => name.to_string(),
-    }
+    crate::llm::sse::capped_at(name, 64)
 }
 
 /// Runs one call of the model's for `chat`; its result goes back to the model. `remembered`
@@ -226,11 +222,8 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, remembered: &mut usize)
         }
         FORGET if call.arguments.get("confirm").and_then(Value::as_bool) == Some(true) => {
             let id = call.arguments.get("id").and_then(Value::as_i64);
-            let pending = store
-                .confirmation(chat)
-                .and_then(|pending| Ok((pending, store.confirmation_answered(chat)?)));
-            pending.and_then(|pending| match (pending, id) {
-                ((Some((asked, _)), Some(true)), Some(id)) if asked == id => {
+            store.confirmation_answered(chat).and_then(|pending| match (pending, id) {
+                (Some((asked, true)), Some(id)) if asked == id => {
                     store.resolve_confirmation(chat, true).map(|gone| match gone {
                         Some(fact) => format!("Forgotten: \"{}\".", fact.text),
                         None => "That fact was already gone; nothing else was forgotten.".into(),
@@ -238,7 +231,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, remembered: &mut usize)
                 }
                 // Asked during this very reply: nobody has answered yet, whatever the text read
                 // since says. The question stays for the user's next message.
-                ((Some((asked, _)), Some(false)), Some(id)) if asked == id => Ok(format!(
+                (Some((asked, false)), Some(id)) if asked == id => Ok(format!(
                     "Nothing was forgotten: the user has not answered yet. Ask them in your answer \
                      whether to forget fact {id}, and call forget_fact with confirm only after their \
                      own next message says yes."

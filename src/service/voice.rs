@@ -264,6 +264,17 @@ fn close_while_hidden(s: &mut VoiceStatus, keep_wake: bool) {
     }
 }
 
+/// A mode chosen during a reply, taken up now; on a hidden orb (`hidden`) in the same change the
+/// hidden orb's rule applies, so the voice loop never sees it listen in a mode it may not.
+fn take_pending_mode(s: &mut VoiceStatus, hidden: bool, keep_wake: bool) {
+    if let Some(mode) = s.pending_mode.take() {
+        s.mode = mode;
+        if hidden {
+            close_while_hidden(s, keep_wake);
+        }
+    }
+}
+
 /// What a window attached to the voice conversation reads next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
@@ -693,12 +704,7 @@ impl Actor {
             if s.replying == Some(reply) {
                 s.replying = None;
             }
-            if let Some(mode) = s.pending_mode.take() {
-                s.mode = mode;
-                if hidden {
-                    close_while_hidden(s, keep_wake);
-                }
-            }
+            take_pending_mode(s, hidden, keep_wake);
             if unwatched && answered {
                 s.answered_away = Some(reply);
             }
@@ -814,12 +820,7 @@ impl Actor {
             s.replying = None;
             s.awake = false;
             s.awaiting_answer = false;
-            if let Some(mode) = s.pending_mode.take() {
-                s.mode = mode;
-                if hidden {
-                    close_while_hidden(s, keep_wake);
-                }
-            }
+            take_pending_mode(s, hidden, keep_wake);
         });
         self.voice.idle_since = None;
         self.discard_unsaved(chat).await;

@@ -60,18 +60,19 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Whether the user has spoken in `chat` since the confirmation pending there was asked (a
-    /// message of theirs recorded after it): only then can a yes be theirs. `None` when nothing
-    /// is pending. An ask and a "confirm" in the same reply's tool rounds never count, whatever
-    /// text between them told the model the user agreed.
-    pub fn confirmation_answered(&self, chat: ChatId) -> Result<Option<bool>, StoreError> {
+    /// The fact whose forgetting is pending in `chat`, and whether the user has spoken since it
+    /// was asked (a message of theirs recorded after it): only then can a yes be theirs. `None`
+    /// when nothing is pending. An ask and a "confirm" in the same reply's tool rounds never
+    /// count, whatever text between them told the model the user agreed.
+    pub fn confirmation_answered(&self, chat: ChatId) -> Result<Option<(i64, bool)>, StoreError> {
         self.lock()
             .query_row(
-                "SELECT EXISTS (SELECT 1 FROM records r
+                "SELECT c.fact_id,
+                        EXISTS (SELECT 1 FROM records r
                                 WHERE r.chat_id = c.chat_id AND r.role = 'user' AND r.seq > c.after_seq)
                  FROM confirmations c WHERE c.chat_id = ?1",
                 [chat.0],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .optional()
             .map_err(|e| self.err(e))

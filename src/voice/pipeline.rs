@@ -695,9 +695,8 @@ impl LoopState {
                 }
             }
             ListenEvent::SpeechEnded => {
-                self.in_speech = false;
+                self.speech_over();
                 self.shared.set_hearing(false);
-                self.speaker.duck(false);
             }
             ListenEvent::MicrophoneLost(why) => {
                 // What was said before it went is heard (the listener finished first); then
@@ -713,8 +712,7 @@ impl LoopState {
                 if report.heard != Heard::Wake {
                     // Said whole: the speech has ended (its end follows, once this is put; the
                     // wake word is heard inside an utterance that goes on).
-                    self.in_speech = false;
-                    self.speaker.duck(false);
+                    self.speech_over();
                 }
                 tracing::debug!(heard = ?report.heard, start_ms = report.start_ms, "heard");
                 let _ = self.heard.send(report.clone());
@@ -744,6 +742,12 @@ impl LoopState {
                 }
             }
         }
+    }
+
+    /// The user's speech is over: Jarvis's voice comes back up.
+    fn speech_over(&mut self) {
+        self.in_speech = false;
+        self.speaker.duck(false);
     }
 
     /// Puts what was heard to the conversation as the user's words, in the mode it was said in.

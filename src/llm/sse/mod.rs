@@ -248,7 +248,12 @@ async fn error_body(mut response: reqwest::Response) -> String {
 
 /// `text` cut to [`MESSAGE_LIMIT`] characters, with "…" where it was cut.
 pub(crate) fn capped(text: &str) -> String {
-    match text.char_indices().nth(MESSAGE_LIMIT) {
+    capped_at(text, MESSAGE_LIMIT)
+}
+
+/// `text` cut to `limit` characters, with "…" where it was cut.
+pub(crate) fn capped_at(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_string(),
     }
