@@ -255,6 +255,7 @@ fn main() {
             reply: None,
             // An exchange every 20 minutes: days of history.
             created_at: start.timestamp_millis() + i * 10 * 60_000,
+            fact: None,
         })
         .collect();
     let mut state = State::now(Mode::Typed);

@@ -468,8 +468,18 @@ fn facts(config: &Config, action: FactAction) -> Result<ExitCode> {
     let store = open_store(config)?;
     match action {
         FactAction::List => {
+            // Each with where it came from, as the Memory panel says it.
             for fact in store.facts()? {
-                say!("{}\t{}", fact.id, fact.text);
+                let title = fact
+                    .chat
+                    .and_then(|chat| store.chat(chat).ok())
+                    .map(|c| c.title);
+                say!(
+                    "{}\t{}\t{}",
+                    fact.id,
+                    fact.text,
+                    fact.origin.describe(title.as_deref())
+                );
             }
         }
         FactAction::Add { text } => {
@@ -628,6 +638,11 @@ async fn stream_reply(
             }
             // What Jarvis is doing ("Remembering…") goes to stderr, beside the answer.
             Some(Event::Action { label, .. }) => eprintln!("({})", jarvis::terminal::scrub(&label)),
+            // A fact stored, as the chat window shows it (`jarvis facts rm ID` undoes it).
+            Some(Event::Remembered { fact, text, .. }) => eprintln!(
+                "(Remembered: {} — fact {fact})",
+                jarvis::terminal::scrub(&text)
+            ),
             Some(Event::Retrying {
                 attempt,
                 wait_ms,

@@ -410,7 +410,10 @@ async fn remembered_facts_reach_the_model_as_the_profile_and_can_be_forgotten() 
     assert_eq!((code, added.as_str()), (0, "1\tMy dog is called Bruno\n"));
     output(jarvis(&dir).args(["facts", "add", "I live in Lyon"])).await;
     let (_, listed, _) = output(jarvis(&dir).arg("facts")).await;
-    assert_eq!(listed, "1\tMy dog is called Bruno\n2\tI live in Lyon\n");
+    assert_eq!(
+        listed,
+        "1\tMy dog is called Bruno\tAdded by you\n2\tI live in Lyon\tAdded by you\n"
+    );
 
     let mut ask = jarvis(&dir);
     at_stub(&mut ask, &stub);

@@ -7,7 +7,7 @@ use jarvis::service::{
     Activity, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
 };
 use jarvis::session::{AppInfo, Asked, Endpoint, SettingsForm, SettingsView, StartupProblem};
-use jarvis::store::{Chat, Fact, Record, RecordId, Role, Summary};
+use jarvis::store::{Chat, Fact, FactOrigin, Record, RecordId, Role, Summary};
 use jarvis::voice::device::Microphones;
 use jarvis::voice::pipeline::Levels;
 use jarvis::{ChatId, Event, ReplyId, ReplyState};
@@ -133,6 +133,7 @@ fn generated() -> String {
     declare::<SettingsView>(&cfg, out);
     declare::<SettingsForm>(&cfg, out);
     declare::<Microphones>(&cfg, out);
+    declare::<FactOrigin>(&cfg, out);
     declare::<Fact>(&cfg, out);
     declare::<Summary>(&cfg, out);
     out.clone()

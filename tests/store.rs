@@ -381,3 +381,59 @@ fn a_question_is_refused_in_the_transaction_that_would_store_it_while_another_ja
         .collect();
     assert_eq!(texts, ["first"], "nothing of the refused question is kept");
 }
+
+/// Issue 30 item 1: facts kept before their origin was recorded are never said to be the user's
+/// own ("Source not recorded", or their chat while it exists), and a pending forget survives the
+/// confirmations table's rebuild.
+#[test]
+fn facts_from_before_origins_were_kept_are_never_called_the_users_own() {
+    use jarvis::store::{FactOrigin, Pending};
+    let dir = Dir::new();
+    {
+        // A database as schema 11 left it.
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        for sql in [
+            include_str!("../migrations/0001_chats_records_replies.sql"),
+            include_str!("../migrations/0002_facts.sql"),
+            include_str!("../migrations/0003_heard_prefix.sql"),
+            include_str!("../migrations/0004_confirmations.sql"),
+            include_str!("../migrations/0005_summaries.sql"),
+            include_str!("../migrations/0006_compaction.sql"),
+            include_str!("../migrations/0007_history_since.sql"),
+            include_str!("../migrations/0008_rolling_summaries_and_provenance.sql"),
+            include_str!("../migrations/0009_records_search.sql"),
+            include_str!("../migrations/0010_confirmation_turn.sql"),
+            include_str!("../migrations/0011_question_mode.sql"),
+        ] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 11).unwrap();
+        conn.execute_batch(
+            "INSERT INTO chats (title, created_at, updated_at) VALUES ('Dogs', 0, 0);
+             INSERT INTO facts (text, created_at, updated_at, chat_id) VALUES ('Dog: Bruno', 0, 0, 1);
+             INSERT INTO facts (text, created_at, updated_at) VALUES ('Lives in Lyon', 0, 0);
+             INSERT INTO confirmations (chat_id, fact_id, question, created_at, after_seq)
+                 VALUES (1, 1, 'Forget \"Dog: Bruno\"?', 0, 0);",
+        )
+        .unwrap();
+    }
+    let store = dir.store();
+    let origins: Vec<(String, FactOrigin)> = store
+        .facts()
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.text, f.origin))
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            ("Dog: Bruno".to_string(), FactOrigin::Chat),
+            ("Lives in Lyon".to_string(), FactOrigin::Unknown)
+        ]
+    );
+    assert_eq!(FactOrigin::Unknown.describe(None), "Source not recorded");
+    assert_eq!(
+        store.confirmation(ChatId(1)).unwrap(),
+        Some((Pending::Forget(1), "Forget \"Dog: Bruno\"?".to_string()))
+    );
+}

@@ -558,6 +558,100 @@ async fn the_memory_panel_adds_edits_and_really_deletes_facts_and_the_request_vi
     app.quit().await;
 }
 
+/// Issue 30 item 1: a fact the model stores shows in its chat as an action line with Undo (a
+/// record of the chat, so it is there when the chat is opened again), and the Memory panel says
+/// where each fact came from without ever calling the model's "Added by you".
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_fact_the_model_stores_shows_in_its_chat_with_undo_and_the_panel_says_where_each_came_from(
+) {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    {
+        let store = data.store();
+        store.add_fact("I live in Lyon.", None).unwrap();
+        let gone = store.create_chat("Deleted later").unwrap().id;
+        store.add_fact("I like sailing.", Some(gone)).unwrap();
+        store.delete_chat(gone).unwrap();
+        let unsaved = jarvis::store::Store::in_memory(&store).unwrap();
+        let voice = unsaved.create_chat("voice").unwrap().id;
+        unsaved.add_fact("I drink tea.", Some(voice)).unwrap();
+    }
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    stub.push(Script::text("").tool_call(
+        "r",
+        "remember_fact",
+        r#"{"fact": "Their dog is called Bruno."}"#,
+    ));
+    stub.push(Script::text("I'll remember that."));
+    app.type_question("Remember that my dog is called Bruno.")
+        .await;
+    app.wait_for_state("done").await;
+    app.wait_for("the action line", |app| async move {
+        (app.count(".action-line .undo").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.text(".action-line .action-text").await,
+        "Remembered: Their dog is called Bruno."
+    );
+    // Above the answer, below the question.
+    let order = app
+        .eval(
+            "return [...document.querySelectorAll('.messages > *')]
+               .map((el) => el.classList.contains('action-line') ? 'action' : el.className);",
+        )
+        .await
+        .to_string();
+    assert!(
+        order.contains(r#""message user","action","message assistant""#),
+        "{order}"
+    );
+    app.screenshots("remembered").await;
+
+    // The panel: each fact's source, the model's never "Added by you".
+    app.click("#open-memory").await;
+    app.wait_for("four facts", |app| async move {
+        (app.count("#facts .fact").await == 4).then_some(())
+    })
+    .await;
+    let sources = app
+        .eval(
+            "return [...document.querySelectorAll('#facts .fact')]
+               .map((li) => li.querySelector('input').value + ' | ' + li.querySelector('.source').textContent);",
+        )
+        .await
+        .to_string();
+    for (fact, source) in [
+        ("I live in Lyon.", "Added by you"),
+        ("I like sailing.", "From a deleted chat"),
+        (
+            "I drink tea.",
+            "From a voice conversation that was not saved",
+        ),
+        ("Their dog is called Bruno.", "From “Remember that my dog"),
+    ] {
+        assert!(sources.contains(&format!("{fact} | {source}")), "{sources}");
+    }
+    app.screenshots("memory-sources").await;
+    app.click("#memory-close").await;
+
+    // Undo forgets it for real; the line stays, marked.
+    app.click(".action-line .undo").await;
+    app.wait_for("forgotten", |_| {
+        let facts = data.store().facts().unwrap();
+        async move { (!facts.iter().any(|f| f.text.contains("Bruno"))).then_some(()) }
+    })
+    .await;
+    app.wait_for("the line marked", |app| async move {
+        (app.count(".action-line.undone").await == 1 && app.count(".action-line .undo").await == 0)
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
 async fn the_memory_panel_shows_where_facts_came_from_deletes_a_summary_and_turns_recall_off() {

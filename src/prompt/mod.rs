@@ -462,6 +462,7 @@ mod tests {
             text: text.into(),
             reply: None,
             created_at: at(when).timestamp_millis(),
+            fact: None,
         }
     }
 
@@ -567,6 +568,7 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             chat: None,
+            origin: crate::store::FactOrigin::User,
         };
         let facts = [fact("My dog is called Bruno"), fact("I live in Lyon")];
         let system = system_prompt(&facts, "Ada");
@@ -754,6 +756,7 @@ mod tests {
             created_at: id,
             updated_at: id,
             chat: None,
+            origin: crate::store::FactOrigin::User,
         };
         let mut facts: Vec<Fact> = (0..100)
             .map(|n| fact(n, format!("Fact {n:03} {}", "x".repeat(90))))

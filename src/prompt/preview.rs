@@ -30,6 +30,7 @@ pub fn preview(
         text: text.to_string(),
         reply: None,
         created_at: crate::store::now_ms(),
+        fact: None,
     });
     let previous = match chat {
         Some(id) => store.last_reply(id)?,

@@ -58,6 +58,16 @@ pub enum Event {
         /// What to show.
         label: String,
     },
+    /// The reply stored a fact: the chat shows it as an action line ("Remembered: …") with Undo,
+    /// kept as a record of the chat.
+    Remembered {
+        /// The reply.
+        reply: ReplyId,
+        /// The fact's id (Undo forgets it).
+        fact: i64,
+        /// The fact.
+        text: String,
+    },
     /// A piece of the reply's text.
     Delta {
         /// The reply.
@@ -86,6 +96,7 @@ impl Event {
             | Event::Retrying { reply, .. }
             | Event::Delta { reply, .. }
             | Event::Action { reply, .. }
+            | Event::Remembered { reply, .. }
             | Event::ReplyEnded { reply, .. } => *reply,
         }
     }

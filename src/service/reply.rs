@@ -405,8 +405,8 @@ impl ReplyJob {
             saved_at: Instant::now(),
             dirty: false,
         };
-        // Facts this reply stored, across its rounds.
-        let mut remembered = 0;
+        // What this reply's tool calls did, across its rounds.
+        let mut turn = memory::Turn::default();
         let mut outcome = Outcome::failed(format!(
             "the model kept calling tools after {MAX_ROUNDS} rounds; its last calls were not run"
         ));
@@ -441,14 +441,20 @@ impl ReplyJob {
                             label: memory::label(&call.name).to_string(),
                         });
                     }
-                    let (store, chat, run) = (self.store.clone(), self.chat, calls.clone());
+                    let (store, chat, reply, run) =
+                        (self.store.clone(), self.chat, self.reply, calls.clone());
                     let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
-                    let mut counted = remembered;
-                    let results = match tokio::task::spawn_blocking(move || {
+                    let mut before = std::mem::take(&mut turn);
+                    let ran = tokio::task::spawn_blocking(move || {
+                        let kept = before.stored.len();
+                        let mut read = false;
                         let results = run
                             .iter()
                             .map(|(call, refused)| match refused {
-                                None => memory::run(&store, chat, call, &mut counted),
+                                None => {
+                                    read |= memory::reads_outside(&call.name);
+                                    memory::run(&store, chat, call, &mut before)
+                                }
                                 Some(why) => ToolResult {
                                     id: call.id.clone(),
                                     content: format!(
@@ -459,12 +465,32 @@ impl ReplyJob {
                                 },
                             })
                             .collect::<Vec<_>>();
-                        (results, counted)
+                        // The model reads these results next: from then on it has read text
+                        // from outside.
+                        before.read_outside |= read;
+                        // Each fact stored is kept in the chat as its action line, with Undo.
+                        let mut noted = Vec::new();
+                        for fact in &before.stored[kept..] {
+                            match store.note_remembered(chat, reply, fact) {
+                                Ok(_) => noted.push(fact.clone()),
+                                Err(err) => {
+                                    tracing::warn!(%err, "a stored fact's action line was not kept")
+                                }
+                            }
+                        }
+                        (results, before, noted)
                     })
-                    .await
-                    {
-                        Ok((results, counted)) => {
-                            remembered = counted;
+                    .await;
+                    let results = match ran {
+                        Ok((results, after, noted)) => {
+                            turn = after;
+                            for fact in noted {
+                                self.log.push(Event::Remembered {
+                                    reply: self.reply,
+                                    fact: fact.id,
+                                    text: fact.text,
+                                });
+                            }
                             results
                         }
                         Err(err) => {

@@ -1,8 +1,27 @@
-//! Confirmations: a deletion the model asked the user to confirm, settled only by a real yes.
+//! Confirmations: a deletion the model asked the user to confirm, or a fact it read of outside
+//! that it proposes to remember, settled only by a real yes.
 
 use rusqlite::{params, OptionalExtension};
 
 use super::{facts::fact_from_row, now_ms, ChatId, Fact, Store, StoreError};
+
+/// What a confirmation waits for the user's yes to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pending {
+    /// Forget this fact.
+    Forget(i64),
+    /// Remember this.
+    Remember(String),
+}
+
+impl Pending {
+    fn from_columns(fact: Option<i64>, proposed: Option<String>) -> Pending {
+        match fact {
+            Some(fact) => Pending::Forget(fact),
+            None => Pending::Remember(proposed.unwrap_or_default()),
+        }
+    }
+}
 
 impl Store {
     /// Asks the user of `chat` to confirm forgetting `fact` (replacing any question pending there).
@@ -29,7 +48,26 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4,
                          (SELECT COALESCE(MAX(seq), 0) FROM records WHERE chat_id = ?1 AND role = 'user'))
                  ON CONFLICT (chat_id) DO UPDATE
-                 SET fact_id = ?2, question = ?3, created_at = ?4, after_seq = excluded.after_seq",
+                 SET fact_id = ?2, proposed = NULL, question = ?3, created_at = ?4,
+                     after_seq = excluded.after_seq",
+                params![chat.0, fact, question, now_ms()],
+            )
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Asks the user of `chat` whether to remember `fact` (replacing any question pending
+    /// there): the model proposed it after reading text from outside, which cannot write a
+    /// memory by itself. Only a user message recorded after this one answers it.
+    pub fn propose_fact(&self, chat: ChatId, fact: &str, question: &str) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT INTO confirmations (chat_id, proposed, question, created_at, after_seq)
+                 VALUES (?1, ?2, ?3, ?4,
+                         (SELECT COALESCE(MAX(seq), 0) FROM records WHERE chat_id = ?1 AND role = 'user'))
+                 ON CONFLICT (chat_id) DO UPDATE
+                 SET fact_id = NULL, proposed = ?2, question = ?3, created_at = ?4,
+                     after_seq = excluded.after_seq",
                 params![chat.0, fact, question, now_ms()],
             )
             .map(drop)
@@ -48,38 +86,41 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// The confirmation pending in `chat`, if any: the fact's id and the question asked.
-    pub fn confirmation(&self, chat: ChatId) -> Result<Option<(i64, String)>, StoreError> {
+    /// The confirmation pending in `chat`, if any: what it waits to do and the question asked.
+    pub fn confirmation(&self, chat: ChatId) -> Result<Option<(Pending, String)>, StoreError> {
         self.lock()
             .query_row(
-                "SELECT fact_id, question FROM confirmations WHERE chat_id = ?1",
+                "SELECT fact_id, proposed, question FROM confirmations WHERE chat_id = ?1",
                 [chat.0],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                |row| Ok((Pending::from_columns(row.get(0)?, row.get(1)?), row.get(2)?)),
             )
             .optional()
             .map_err(|e| self.err(e))
     }
 
-    /// The fact whose forgetting is pending in `chat`, and whether the user has spoken since it
-    /// was asked (a message of theirs recorded after it): only then can a yes be theirs. `None`
-    /// when nothing is pending. An ask and a "confirm" in the same reply's tool rounds never
-    /// count, whatever text between them told the model the user agreed.
-    pub fn confirmation_answered(&self, chat: ChatId) -> Result<Option<(i64, bool)>, StoreError> {
+    /// What is pending in `chat`, and whether the user has spoken since it was asked (a message
+    /// of theirs recorded after it): only then can a yes be theirs. `None` when nothing is
+    /// pending. An ask and a "confirm" in the same reply's tool rounds never count, whatever
+    /// text between them told the model the user agreed.
+    pub fn confirmation_answered(
+        &self,
+        chat: ChatId,
+    ) -> Result<Option<(Pending, bool)>, StoreError> {
         self.lock()
             .query_row(
-                "SELECT c.fact_id,
+                "SELECT c.fact_id, c.proposed,
                         EXISTS (SELECT 1 FROM records r
                                 WHERE r.chat_id = c.chat_id AND r.role = 'user' AND r.seq > c.after_seq)
                  FROM confirmations c WHERE c.chat_id = ?1",
                 [chat.0],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                |row| Ok((Pending::from_columns(row.get(0)?, row.get(1)?), row.get(2)?)),
             )
             .optional()
             .map_err(|e| self.err(e))
     }
 
-    /// Ends the confirmation pending in `chat`; with `confirmed`, forgets its fact. Returns the
-    /// fact forgotten, if one was.
+    /// Ends the confirmation pending in `chat`; with `confirmed`, forgets its fact (a proposed
+    /// fact is taken with [`Store::take_proposal`]). Returns the fact forgotten, if one was.
     pub fn resolve_confirmation(
         &self,
         chat: ChatId,
@@ -91,18 +132,19 @@ impl Store {
             .query_row(
                 "SELECT fact_id FROM confirmations WHERE chat_id = ?1",
                 [chat.0],
-                |row| row.get(0),
+                |row| row.get::<_, Option<i64>>(0),
             )
             .optional()
+            .map_err(|e| self.err(e))?
+            .flatten();
+        tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
             .map_err(|e| self.err(e))?;
         let mut forgotten = None;
         if let Some(fact) = pending {
-            tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
-                .map_err(|e| self.err(e))?;
             if confirmed {
                 forgotten = tx
                     .query_row(
-                        "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE id = ?1",
+                        "SELECT id, text, created_at, updated_at, chat_id, origin FROM facts WHERE id = ?1",
                         [fact],
                         fact_from_row,
                     )
@@ -122,5 +164,30 @@ impl Store {
             }
         }
         Ok(forgotten)
+    }
+
+    /// Ends a proposal pending in `chat` that the user has answered since it was asked, and
+    /// returns the fact proposed (to be stored now). `None`, and nothing changes, when no
+    /// answered proposal is pending.
+    pub fn take_proposal(&self, chat: ChatId) -> Result<Option<String>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let proposed: Option<String> = tx
+            .query_row(
+                "SELECT c.proposed FROM confirmations c
+                 WHERE c.chat_id = ?1 AND c.proposed IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM records r
+                               WHERE r.chat_id = c.chat_id AND r.role = 'user' AND r.seq > c.after_seq)",
+                [chat.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if proposed.is_some() {
+            tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
+                .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(proposed)
     }
 }

@@ -2,33 +2,61 @@
 
 use rusqlite::params;
 
-use super::{now_ms, ChatId, Fact, Store, StoreError};
+use super::{now_ms, ChatId, Fact, FactOrigin, Store, StoreError};
 
 impl Store {
     /// Remembers a fact, said in chat `from` (`None`: written by the user in the Memory panel or
     /// the CLI); one already known (whatever its case) is returned as it is.
     pub fn add_fact(&self, text: &str, from: Option<ChatId>) -> Result<Fact, StoreError> {
+        self.store_fact(text, from).map(|(fact, _)| fact)
+    }
+
+    /// As [`Store::add_fact`], and whether the fact is new (`false`: it was known already, and
+    /// is returned as it was, its origin unchanged).
+    pub fn store_fact(&self, text: &str, from: Option<ChatId>) -> Result<(Fact, bool), StoreError> {
         if let Some(user) = &self.user {
-            // A conversation that is not kept is not named as the fact's source either.
-            return user.add_fact(text, None);
+            // A conversation that is not kept is not named as the fact's source either; it is
+            // said to be one that was not saved.
+            let origin = match from {
+                Some(_) => FactOrigin::Unsaved,
+                None => FactOrigin::User,
+            };
+            return user.insert_fact(text, origin, None);
         }
+        let origin = match from {
+            Some(_) => FactOrigin::Chat,
+            None => FactOrigin::User,
+        };
+        self.insert_fact(text, origin, from)
+    }
+
+    fn insert_fact(
+        &self,
+        text: &str,
+        origin: FactOrigin,
+        from: Option<ChatId>,
+    ) -> Result<(Fact, bool), StoreError> {
         let text = text.trim();
         if text.is_empty() {
             return Err(StoreError::EmptyFact);
         }
         let now = now_ms();
         let conn = self.lock();
-        conn.execute(
-            "INSERT INTO facts (text, created_at, updated_at, chat_id) VALUES (?1, ?2, ?2, ?3)
-             ON CONFLICT DO NOTHING",
-            params![text, now, from.map(|c| c.0)],
-        )
-        .map_err(|e| self.err(e))?;
+        let new = conn
+            .execute(
+                "INSERT INTO facts (text, created_at, updated_at, chat_id, origin)
+                 VALUES (?1, ?2, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+                params![text, now, from.map(|c| c.0), origin.as_str()],
+            )
+            .map_err(|e| self.err(e))?
+            > 0;
         conn.query_row(
-            "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE lower(text) = lower(?1)",
+            "SELECT id, text, created_at, updated_at, chat_id, origin FROM facts WHERE lower(text) = lower(?1)",
             [text],
             fact_from_row,
         )
+        .map(|fact| (fact, new))
         .map_err(|e| self.err(e))
     }
 
@@ -52,7 +80,7 @@ impl Store {
             return Err(StoreError::NoSuchFact(id));
         }
         conn.query_row(
-            "SELECT id, text, created_at, updated_at, chat_id FROM facts WHERE id = ?1",
+            "SELECT id, text, created_at, updated_at, chat_id, origin FROM facts WHERE id = ?1",
             [id],
             fact_from_row,
         )
@@ -82,7 +110,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id, text, created_at, updated_at, chat_id FROM facts ORDER BY id",
+                "SELECT id, text, created_at, updated_at, chat_id, origin FROM facts ORDER BY id",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -99,5 +127,6 @@ pub(super) fn fact_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Fact> {
         created_at: row.get(2)?,
         updated_at: row.get(3)?,
         chat: row.get::<_, Option<i64>>(4)?.map(ChatId),
+        origin: FactOrigin::parse(&row.get::<_, String>(5)?),
     })
 }

@@ -18,7 +18,9 @@ mod replies;
 mod search;
 mod summaries;
 
+pub use confirmations::Pending;
 use records::record_from_row;
+pub use records::REMEMBERED;
 pub use replies::owner;
 pub use search::Found;
 
@@ -35,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0009_records_search.sql"),
     include_str!("../../migrations/0010_confirmation_turn.sql"),
     include_str!("../../migrations/0011_question_mode.sql"),
+    include_str!("../../migrations/0012_fact_origin_and_action_records.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
@@ -283,10 +286,12 @@ pub struct Record {
     pub role: Role,
     /// What was said.
     pub text: String,
-    /// The reply an assistant record came from.
+    /// The reply an assistant or tool record came from.
     pub reply: Option<ReplyId>,
     /// Unix ms.
     pub created_at: i64,
+    /// The fact a tool record ("Remembered: …") stored, while it is remembered.
+    pub fact: Option<i64>,
 }
 
 /// A reply as stored.
@@ -343,6 +348,55 @@ pub struct Fact {
     pub updated_at: i64,
     /// The chat it was said in, while that chat exists.
     pub chat: Option<ChatId>,
+    /// Who stored it, and where.
+    pub origin: FactOrigin,
+}
+
+/// Where a fact came from: never guessed, so "Added by you" is said only of the user's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum FactOrigin {
+    /// Typed by the user in the Memory panel or `jarvis facts add`.
+    User,
+    /// Stored by the model in a chat (the fact's `chat`; none once that chat is deleted).
+    Chat,
+    /// Stored by the model in a voice conversation that was not saved.
+    Unsaved,
+    /// Kept before origins were recorded, by a chat since deleted or by the user.
+    Unknown,
+}
+
+impl FactOrigin {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FactOrigin::User => "user",
+            FactOrigin::Chat => "chat",
+            FactOrigin::Unsaved => "unsaved",
+            FactOrigin::Unknown => "unknown",
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> FactOrigin {
+        match s {
+            "user" => FactOrigin::User,
+            "chat" => FactOrigin::Chat,
+            "unsaved" => FactOrigin::Unsaved,
+            _ => FactOrigin::Unknown,
+        }
+    }
+
+    /// Where the fact came from, as the Memory panel and `jarvis facts` say it (`chat`: the
+    /// title of its chat, when it still exists).
+    pub fn describe(self, chat: Option<&str>) -> String {
+        match (self, chat) {
+            (FactOrigin::User, _) => "Added by you".into(),
+            (FactOrigin::Chat, Some(title)) => format!("From “{title}”"),
+            (FactOrigin::Chat, None) => "From a deleted chat".into(),
+            (FactOrigin::Unsaved, _) => "From a voice conversation that was not saved".into(),
+            (FactOrigin::Unknown, _) => "Source not recorded".into(),
+        }
+    }
 }
 
 /// The current time in unix milliseconds.

@@ -2,7 +2,10 @@
 
 use rusqlite::{params, Connection};
 
-use super::{now_ms, ChatId, Record, RecordId, ReplyId, Role, Store, StoreError};
+use super::{now_ms, ChatId, Fact, Record, RecordId, ReplyId, Role, Store, StoreError};
+
+/// How a tool record of a stored fact begins.
+pub const REMEMBERED: &str = "Remembered: ";
 
 impl Store {
     /// Appends a record at the end of a chat.
@@ -20,12 +23,43 @@ impl Store {
         Ok(record)
     }
 
+    /// Keeps in `chat` the action line of a fact its reply `reply` stored ("Remembered: …"), a
+    /// tool record naming the fact so the chat can offer Undo.
+    pub fn note_remembered(
+        &self,
+        chat: ChatId,
+        reply: ReplyId,
+        fact: &Fact,
+    ) -> Result<Record, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        if self.user.is_some() {
+            // The fact is the database's; a row of the same id here keeps the reference sound.
+            tx.execute(
+                "INSERT OR IGNORE INTO facts (id, text, created_at, updated_at) VALUES (?1, '', 0, 0)",
+                [fact.id],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        let text = format!("{REMEMBERED}{}", fact.text);
+        let mut record =
+            insert_record(&tx, chat, Role::Tool, &text, Some(reply)).map_err(|e| self.err(e))?;
+        tx.execute(
+            "UPDATE records SET fact_id = ?2 WHERE id = ?1",
+            params![record.id.0, fact.id],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        record.fact = Some(fact.id);
+        Ok(record)
+    }
+
     /// A chat's records in order.
     pub fn records(&self, chat: ChatId) -> Result<Vec<Record>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id, chat_id, seq, role, text, reply_id, created_at
+                "SELECT id, chat_id, seq, role, text, reply_id, created_at, fact_id
                  FROM records WHERE chat_id = ?1 ORDER BY seq",
             )
             .map_err(|e| self.err(e))?;
@@ -42,7 +76,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT r.id, r.chat_id, r.seq, r.role, r.text, r.reply_id, r.created_at
+                "SELECT r.id, r.chat_id, r.seq, r.role, r.text, r.reply_id, r.created_at, r.fact_id
                  FROM records r
                  JOIN records q ON q.id = ?1 AND r.chat_id = q.chat_id AND r.seq <= q.seq
                  JOIN chats c ON c.id = r.chat_id AND r.seq >= coalesce(c.history_since, 0)
@@ -68,6 +102,7 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Recor
         text: row.get(4)?,
         reply: row.get::<_, Option<i64>>(5)?.map(ReplyId),
         created_at: row.get(6)?,
+        fact: row.get(7)?,
     })
 }
 
@@ -102,5 +137,6 @@ pub(super) fn insert_record(
         text: text.to_string(),
         reply,
         created_at: now,
+        fact: None,
     })
 }

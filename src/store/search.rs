@@ -120,7 +120,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id, chat_id, seq, role, text, reply_id, created_at
+                "SELECT id, chat_id, seq, role, text, reply_id, created_at, fact_id
                  FROM records WHERE chat_id = ?1 AND seq >= ?2 AND seq <= ?3 AND seq < ?4
                  ORDER BY seq",
             )

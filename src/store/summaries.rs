@@ -75,7 +75,7 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id, chat_id, seq, role, text, reply_id, created_at
+                "SELECT id, chat_id, seq, role, text, reply_id, created_at, fact_id
                  FROM records WHERE chat_id = ?1 AND seq > ?2 ORDER BY seq",
             )
             .map_err(|e| self.err(e))?;

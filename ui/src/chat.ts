@@ -352,8 +352,10 @@ function renderMessages(): void {
   const els = shown.map((m) => {
     // A stored message does not change: its element (and any selection in it) is kept.
     const cached = rendered.get(m.key);
-    const el = !m.live && cached && cached.text === m.text ? cached.el : messageEl(m);
-    keep.set(m.key, { text: m.live ? "\u0000" : m.text, el });
+    // (An action line changes when its fact is forgotten.)
+    const stamp = m.role === "action" ? `${m.text}\u0001${m.fact ?? ""}` : m.text;
+    const el = !m.live && cached && cached.text === stamp ? cached.el : messageEl(m);
+    keep.set(m.key, { text: m.live ? "\u0000" : stamp, el });
     return el;
   });
   rendered = keep;
@@ -365,6 +367,7 @@ let rendered = new Map<string, { text: string; el: HTMLElement }>();
 
 function messageEl(m: Message): HTMLElement {
   if (m.role === "afresh") return h("div", { class: "afresh", role: "separator", "data-key": m.key }, m.text);
+  if (m.role === "action") return actionEl(m);
   const body = h("div", { class: "body" });
   if (m.role === "user") {
     body.textContent = m.text;
@@ -408,6 +411,35 @@ function messageEl(m: Message): HTMLElement {
       el.append(noteEl);
     }
   }
+  return el;
+}
+
+/** An action line ("Remembered: …"): with Undo while its fact is remembered, marked forgotten after. */
+function actionEl(m: Message): HTMLElement {
+  const el = h("div", { class: "action-line", role: "note", "data-key": m.key }, h("span", { class: "action-text" }, m.text));
+  const fact = m.fact;
+  if (fact === undefined || fact === null) {
+    el.classList.add("undone");
+    el.append(h("span", { class: "muted" }, " — forgotten"));
+    return el;
+  }
+  const undo = h("button", { type: "button", class: "link undo", title: "Forget this fact again" }, "Undo");
+  undo.addEventListener("click", async () => {
+    const chat = view.chat;
+    try {
+      await api.removeFact(fact);
+    } catch (err) {
+      // Forgotten already (in the Memory panel): the line is read again either way.
+      showNote(message(err));
+    }
+    if (chat === null) return;
+    const records = await api.records(chat).catch(() => null);
+    if (records && view.chat === chat) {
+      view = { ...view, records };
+      render();
+    }
+  });
+  el.append(" ", undo);
   return el;
 }
 

@@ -24,9 +24,12 @@ export interface ChatView {
 
 export interface Message {
   key: string;
-  /** `afresh`: the line where the user started afresh; the model does not see what is above. */
-  role: "user" | "assistant" | "afresh";
+  /** `afresh`: the line where the user started afresh; the model does not see what is above.
+   *  `action`: what a reply did ("Remembered: …"), shown above its answer. */
+  role: "user" | "assistant" | "afresh" | "action";
   text: string;
+  /** For an action line of a stored fact: the fact, while it is remembered (Undo forgets it). */
+  fact?: number | null;
   /** The reply an assistant message is the answer of (Read aloud plays it). */
   reply?: number | null;
   /** For the live reply: how it stands. */
@@ -74,6 +77,9 @@ export function applyEvent(view: ChatView, event: ReplyEvent): { view: ChatView;
       // What Jarvis is doing ("Remembering…") shows until its next words arrive.
       next = { ...live, state: "running", waiting: event.label };
       break;
+    case "remembered":
+      // Its action line is a record of the chat: read again, so it shows with Undo.
+      return { view: { ...view, live: { ...live, waiting: null } }, reload: true };
     case "delta":
       next = { ...live, state: "running", text: live.text + event.text, waiting: null, retrying: null };
       break;
@@ -105,22 +111,32 @@ export function messages(view: ChatView, since: number | null = null): Message[]
   let placed = false;
   const afresh: Message = { key: `afresh${since}`, role: "afresh", text: AFRESH };
   let divided = since === null;
+  const liveMessage = (l: LiveReply): Message => ({ key: `l${l.reply}`, role: "assistant", text: l.text, reply: l.reply, live: l });
+  // The live answer follows its question and the action lines its reply has kept so far.
+  let answerDue = false;
   for (const record of view.records) {
-    if (record.role === "tool") continue;
+    if (live && answerDue && !(record.role === "tool" && record.reply === live.reply)) {
+      out.push(liveMessage(live));
+      answerDue = false;
+      placed = true;
+    }
     if (!divided && record.seq >= (since ?? 0)) {
       if (out.length > 0) out.push(afresh);
       divided = true;
     }
     if (live && record.role === "assistant" && record.reply === live.reply) continue;
-    out.push({ key: `r${record.id}`, role: record.role, text: record.text, reply: record.reply });
-    if (live && record.id === live.question) {
-      out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, reply: live.reply, live });
-      placed = true;
+    if (record.role === "tool") {
+      out.push({ key: `r${record.id}`, role: "action", text: record.text, reply: record.reply, fact: record.fact });
+    } else {
+      out.push({ key: `r${record.id}`, role: record.role, text: record.text, reply: record.reply });
     }
+    if (live && record.id === live.question) answerDue = true;
   }
-  if (live && !placed && view.records.length > 0) {
-    out.push({ key: `l${live.reply}`, role: "assistant", text: live.text, reply: live.reply, live });
+  if (live && answerDue) {
+    out.push(liveMessage(live));
+    placed = true;
   }
+  if (live && !placed && view.records.length > 0) out.push(liveMessage(live));
   if (!divided && out.length > 0) out.push(afresh);
   return out;
 }

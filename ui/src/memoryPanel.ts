@@ -6,6 +6,7 @@
 
 import { api, message } from "./api";
 import { byId } from "./dom";
+import { factSource } from "./provenance";
 import type { Chat, Fact, Summary } from "./types";
 
 /** Opens a chat in the window (the panel closes first). */
@@ -17,13 +18,14 @@ function day(ms: number): string {
   return new Date(ms).toLocaleDateString(undefined, { day: "numeric", month: "short", year: "numeric" });
 }
 
-/** "From “Title”, 2 Dec 2026" with the title opening that chat; "Added by you" without one. */
-function source(chat: number | null, titles: Map<number, string>, when: number, lead: string): HTMLElement {
+/** "Lead “Title”, 2 Dec 2026" with the title opening that chat, or "`plain`, 2 Dec 2026" when no
+ *  chat is named. */
+function source(chat: number | null, titles: Map<number, string>, when: number, lead: string, plain: string): HTMLElement {
   const line = document.createElement("span");
   line.className = "source";
   const title = chat === null ? undefined : titles.get(chat);
   if (chat === null || title === undefined) {
-    line.textContent = `${lead === "From" ? "Added by you" : lead}, ${day(when)}`;
+    line.textContent = `${plain}, ${day(when)}`;
     return line;
   }
   const link = document.createElement("button");
@@ -67,7 +69,7 @@ function summaryRow(summary: Summary, titles: Map<number, string>): HTMLLIElemen
   const remove = deleteButton("Forget this summary (the chat stays)", () =>
     api.deleteSummary(summary.chat),
   );
-  li.append(text, remove, source(summary.chat, titles, summary.updated_at, "Summary of"));
+  li.append(text, remove, source(summary.chat, titles, summary.updated_at, "Summary of", "Summary of a chat"));
   return li;
 }
 
@@ -92,7 +94,9 @@ function row(fact: Fact, titles: Map<number, string>): HTMLLIElement {
     }
   });
   const remove = deleteButton("Delete this fact for good", () => api.removeFact(fact.id));
-  li.append(text, save, remove, source(fact.chat, titles, fact.created_at, "From"));
+  const title = fact.chat === null ? undefined : titles.get(fact.chat);
+  const from = factSource(fact, title);
+  li.append(text, save, remove, source(from.link ? fact.chat : null, titles, fact.created_at, from.lead, from.lead));
   return li;
 }
 

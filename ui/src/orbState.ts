@@ -69,6 +69,7 @@ export function applyOrbEvent(view: OrbView, event: ReplyEvent): OrbView {
       return { ...view, state: "running" };
     case "retrying":
     case "action":
+    case "remembered":
       return view;
     case "delta":
       return { ...view, state: "running", text: view.text + event.text };

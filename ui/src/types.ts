@@ -45,10 +45,12 @@ export type ChatRecord = {
   role: Role,
   /** What was said. */
   text: string,
-  /** The reply an assistant record came from. */
+  /** The reply an assistant or tool record came from. */
   reply: ReplyId | null,
   /** Unix ms. */
   created_at: number,
+  /** The fact a tool record ("Remembered: …") stored, while it is remembered. */
+  fact: number | null,
 };
 
 /** What happens to a reply; the same stream for the CLI, the windows and tests. */
@@ -88,6 +90,14 @@ export type ReplyEvent = {
   tool: string,
   /** What to show. */
   label: string,
+} | {
+  "type": "remembered",
+  /** The reply. */
+  reply: ReplyId,
+  /** The fact's id (Undo forgets it). */
+  fact: number,
+  /** The fact. */
+  text: string,
 } | {
   "type": "delta",
   /** The reply. */
@@ -354,6 +364,9 @@ export type MicrophoneList = {
   names: Array<string>,
 };
 
+/** Where a fact came from: never guessed, so "Added by you" is said only of the user's own. */
+export type FactOrigin = "user" | "chat" | "unsaved" | "unknown";
+
 /** A fact the user asked Jarvis to remember. */
 export type Fact = {
   /** Its id. */
@@ -366,6 +379,8 @@ export type Fact = {
   updated_at: number,
   /** The chat it was said in, while that chat exists. */
   chat: ChatId | null,
+  /** Who stored it, and where. */
+  origin: FactOrigin,
 };
 
 /** A chat's summary, for recall from other chats. */

@@ -10,7 +10,7 @@ import {
 } from "../src/chatState";
 import type { ChatRecord, ReplyEvent } from "../src/types";
 
-const question: ChatRecord = { id: 10, chat: 1, seq: 1, role: "user", text: "Hi?", reply: null, created_at: 0 };
+const question: ChatRecord = { id: 10, chat: 1, seq: 1, role: "user", text: "Hi?", reply: null, created_at: 0, fact: null };
 
 function run(view: ChatView, events: ReplyEvent[]): { view: ChatView; reloads: number } {
   let reloads = 0;
@@ -55,12 +55,42 @@ describe("the chat view", () => {
     expect(messages(view).at(-1)?.text).toBe("Noted.");
   });
 
+  it("shows each fact a reply stored as an action line above its answer, with Undo while it is kept", () => {
+    const start = { ...emptyView(1), records: [question] };
+    const { view, reloads } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "action", reply: 5, tool: "remember_fact", label: "Remembering…" },
+      { type: "remembered", reply: 5, fact: 7, text: "Their dog is called Bruno." },
+      { type: "delta", reply: 5, text: "Noted" },
+    ]);
+    expect(reloads).toBe(1);
+    expect(view.live?.waiting).toBeNull();
+    // The store's records, read again: the action line is one of them.
+    const line: ChatRecord = {
+      id: 11, chat: 1, seq: 2, role: "tool", text: "Remembered: Their dog is called Bruno.", reply: 5, created_at: 0, fact: 7,
+    };
+    const shown = messages({ ...view, records: [question, line] });
+    expect(shown.map((m) => [m.role, m.text, m.fact ?? null])).toEqual([
+      ["user", "Hi?", null],
+      ["action", "Remembered: Their dog is called Bruno.", 7],
+      ["assistant", "Noted", null],
+    ]);
+    // Ended and stored, then forgotten: the line stays, without its fact.
+    const answer: ChatRecord = { id: 12, chat: 1, seq: 3, role: "assistant", text: "Noted.", reply: 5, created_at: 0, fact: null };
+    const after = messages({ ...emptyView(1), records: [question, { ...line, fact: null }, answer] });
+    expect(after.map((m) => [m.role, m.fact ?? null])).toEqual([
+      ["user", null],
+      ["action", null],
+      ["assistant", null],
+    ]);
+  });
+
   it("draws the line where the user started afresh, with the live reply after it", () => {
-    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0, fact: null };
     const base = { ...emptyView(1), records: [question, answer] };
     // Just started afresh: the line comes after everything so far.
     expect(messages(base, 3).map((m) => m.role)).toEqual(["user", "assistant", "afresh"]);
-    const next: ChatRecord = { id: 12, chat: 1, seq: 3, role: "user", text: "Again?", reply: null, created_at: 0 };
+    const next: ChatRecord = { id: 12, chat: 1, seq: 3, role: "user", text: "Again?", reply: null, created_at: 0, fact: null };
     const { view } = run({ ...base, records: [question, answer, next] }, [
       { type: "reply_started", chat: 1, reply: 6, question: 12 },
       { type: "delta", reply: 6, text: "Hi." },
@@ -78,7 +108,7 @@ describe("the chat view", () => {
   });
 
   it("shows a replayed reply once, in place of its stored answer", () => {
-    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0, fact: null };
     const start = { ...emptyView(1), records: [question, answer] };
     const { view } = run(start, [
       { type: "reply_started", chat: 1, reply: 5, question: 10 },
@@ -120,7 +150,7 @@ describe("the chat view", () => {
 
 describe("Read aloud", () => {
   it("is offered on a finished answer with words, not on a question or a reply being written", () => {
-    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0 };
+    const answer: ChatRecord = { id: 11, chat: 1, seq: 2, role: "assistant", text: "Hello.", reply: 5, created_at: 0, fact: null };
     const stored = messages({ ...emptyView(1), records: [question, answer] });
     expect(stored.map(canReadAloud)).toEqual([false, true]);
     const start = { ...emptyView(1), records: [question] };
