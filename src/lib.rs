@@ -40,6 +40,7 @@ pub mod service;
 pub mod session;
 pub mod store;
 pub mod terminal;
+pub mod tools;
 pub mod voice;
 
 pub use service::{AskError, Attachment, Event, Service, ServiceError, ServiceOptions};

@@ -1096,6 +1096,14 @@ async fn the_model_finds_and_reads_what_was_said_before_the_chat_started_afresh(
         !read[1].contains("What is my boat called?"),
         "only the hidden records are read"
     );
+    // Both reach the model marked as content from outside, never as instructions.
+    use jarvis::envelope::{OUTSIDE_CLOSE, OUTSIDE_OPEN};
+    for result in [&found[0], &read[1]] {
+        assert!(
+            result.starts_with(OUTSIDE_OPEN) && result.ends_with(OUTSIDE_CLOSE),
+            "{result}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

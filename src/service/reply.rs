@@ -499,18 +499,25 @@ impl ReplyJob {
                         }
                     };
                     tracing::debug!(round, calls = calls.len(), "tool round");
-                    let mut asked = Message::text(MessageRole::Assistant, said);
-                    asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     let mut answered = Message::text(MessageRole::User, "");
-                    // A tool's result is text from outside: no envelope of the app's in it.
+                    // A tool's result is bounded, holds no envelope of the app's, and is
+                    // marked when it is text from outside; a call not run is answered in the
+                    // app's own words.
                     answered.tool_results = results
                         .into_iter()
-                        .map(|mut result| {
-                            result.content =
-                                crate::envelope::neutralise(&result.content).into_owned();
+                        .zip(&calls)
+                        .map(|(mut result, (call, refused))| {
+                            result.content = match refused {
+                                None => crate::tools::result_for_model(&call.name, &result.content),
+                                Some(_) => {
+                                    crate::envelope::neutralise(&result.content).into_owned()
+                                }
+                            };
                             result
                         })
                         .collect();
+                    let mut asked = Message::text(MessageRole::Assistant, said);
+                    asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     request.messages.push(asked);
                     request.messages.push(answered);
                 }
