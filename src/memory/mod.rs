@@ -47,14 +47,15 @@ pub fn tools() -> Vec<ToolSpec> {
                           the user explicitly asks you to remember something. The fact is one short sentence \
                           in the third person, e.g. \"Their dog is called Bruno.\" If the answer says the \
                           user must agree first, ask them; only after they clearly say yes, call it again \
-                          with {\"confirm\": true}."
+                          with the same fact and {\"confirm\": true}."
                 .into(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
                     "fact": {"type": "string", "description": "The fact, one short sentence."},
-                    "confirm": {"type": "boolean", "description": "true once the user said yes to the fact you asked about."},
+                    "confirm": {"type": "boolean", "description": "Only when the tool asked you to ask the user first: true once they said yes."},
                 },
+                "required": ["fact"],
             }),
         },
         ToolSpec {
@@ -235,26 +236,24 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
                 );
             }
             if confirm {
-                return match store.take_proposal(chat) {
-                    Ok(Some(fact)) => match store.store_fact(&fact, Some(chat)) {
-                        Ok((fact, new)) => {
-                            let said = format!("Stored: \"{}\"", fact.text);
-                            if new {
-                                turn.stored.push(fact);
+                // The fact the user was asked about, whatever this call says; without one
+                // pending, `confirm` means nothing and the fact given is stored as any other.
+                match store.take_proposal(chat) {
+                    Ok(Some(fact)) => {
+                        return match store.store_fact(&fact, Some(chat)) {
+                            Ok((fact, new)) => {
+                                let said = format!("Stored: \"{}\"", fact.text);
+                                if new {
+                                    turn.stored.push(fact);
+                                }
+                                result(said, false)
                             }
-                            result(said, false)
+                            Err(err) => result(format!("the tool failed: {err}"), true),
                         }
-                        Err(err) => result(format!("the tool failed: {err}"), true),
-                    },
-                    Ok(None) => result(
-                        "Not stored: nothing was proposed to the user, or they have not answered \
-                         yet. Ask them in your answer, and confirm only after their own next \
-                         message says yes."
-                            .into(),
-                        false,
-                    ),
-                    Err(err) => result(format!("the tool failed: {err}"), true),
-                };
+                    }
+                    Ok(None) => {}
+                    Err(err) => return result(format!("the tool failed: {err}"), true),
+                }
             }
             let fact = crate::envelope::one_line(arg("fact"));
             let fact = fact.as_str();
@@ -281,7 +280,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
                         "Not stored yet: this answer read text from outside (a tool's result), so \
                          the user must agree first. Ask them in your answer: \"Shall I remember \
                          that {fact}?\" Only if their own next message says yes, call remember_fact \
-                         with {{\"confirm\": true}}; otherwise it is not kept."
+                         with this fact and {{\"confirm\": true}}; otherwise it is not kept."
                     )
                 })
             } else {
