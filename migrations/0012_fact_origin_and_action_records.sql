@@ -23,3 +23,5 @@ INSERT INTO confirmations_next (chat_id, fact_id, question, created_at, after_se
     SELECT chat_id, fact_id, question, created_at, after_seq FROM confirmations;
 DROP TABLE confirmations;
 ALTER TABLE confirmations_next RENAME TO confirmations;
+-- A deleted record's words leave the search index too (not only a 'delete' marker beside them).
+INSERT INTO records_search (records_search, rank) VALUES ('secure-delete', 1);

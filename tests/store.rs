@@ -437,3 +437,88 @@ fn facts_from_before_origins_were_kept_are_never_called_the_users_own() {
         Some((Pending::Forget(1), "Forget \"Dog: Bruno\"?".to_string()))
     );
 }
+
+/// Issue 30 item 7: a deleted chat, fact or summary leaves no words on the disk — not in the
+/// database's free pages, not in its search index, not in the write-ahead log — even while
+/// Jarvis keeps the database open.
+#[test]
+fn a_deleted_chat_fact_and_summary_leave_no_words_on_disk() {
+    let dir = Dir::new();
+    let store = dir.store();
+    let kept = store.create_chat("Shopping").unwrap().id;
+    for n in 0..50 {
+        store
+            .append_record(kept, Role::User, &format!("Buy {n} apples, please."), None)
+            .unwrap();
+    }
+    let chat = store.create_chat("Quetzalcoatl plans").unwrap().id;
+    store
+        .append_record(
+            chat,
+            Role::User,
+            "My passphrase is quetzalcoatl-umbrella-42, keep it quiet.",
+            None,
+        )
+        .unwrap();
+    store
+        .upsert_summary(
+            kept,
+            "The user shops for xylophonist apples.",
+            &[0.0; 384],
+            50,
+        )
+        .unwrap();
+    let fact = store
+        .add_fact("The user's locker code is zanzibar-7731.", None)
+        .unwrap();
+    store.delete_chat(chat).unwrap();
+    store.remove_fact(fact.id).unwrap();
+    assert!(store.delete_summary(kept).unwrap());
+    let mut files = vec![dir.db()];
+    for side in ["-wal", "-shm"] {
+        let mut path = dir.db().into_os_string();
+        path.push(side);
+        files.push(path.into());
+    }
+    for file in files.iter().filter(|f| f.exists()) {
+        let bytes = std::fs::read(file).unwrap().to_ascii_lowercase();
+        for word in ["quetzalcoatl", "zanzibar", "xylophonist"] {
+            assert!(
+                !bytes.windows(word.len()).any(|w| w == word.as_bytes()),
+                "{word} is still in {}",
+                file.display()
+            );
+        }
+    }
+    assert_eq!(store.records(kept).unwrap().len(), 50, "the rest is kept");
+}
+
+/// Issue 30 item 7: the data directory and the database's files are the user's alone at every
+/// start, whatever made them looser since.
+#[test]
+fn the_data_directory_and_the_databases_files_are_made_private_at_every_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new();
+    let first = dir.store();
+    first.create_chat("c").unwrap();
+    let data = dir.db().parent().unwrap().to_path_buf();
+    let wal = {
+        let mut path = dir.db().into_os_string();
+        path.push("-wal");
+        std::path::PathBuf::from(path)
+    };
+    assert!(
+        wal.exists(),
+        "the log is there while the first store is open"
+    );
+    for (path, mode) in [(&data, 0o755), (&dir.db(), 0o644), (&wal, 0o644)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let _second = dir.store();
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&data), mode(&dir.db()), mode(&wal)),
+        (0o700, 0o600, 0o600)
+    );
+}

@@ -54,6 +54,8 @@ impl Store {
             return Err(StoreError::NoSuchChat(chat));
         }
         tx.commit().map_err(|e| self.err(e))?;
+        drop(conn);
+        self.scrub_log();
         Ok(true)
     }
 

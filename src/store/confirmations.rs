@@ -156,6 +156,9 @@ impl Store {
         }
         tx.commit().map_err(|e| self.err(e))?;
         drop(conn);
+        if forgotten.is_some() {
+            self.scrub_log();
+        }
         if let (Some(user), Some(fact), true) = (&self.user, pending, confirmed) {
             // The fact itself is the database's.
             forgotten = user.facts()?.into_iter().find(|f| f.id == fact);

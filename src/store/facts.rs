@@ -99,6 +99,7 @@ impl Store {
         if n == 0 {
             return Err(StoreError::NoSuchFact(id));
         }
+        self.scrub_log();
         Ok(())
     }
 

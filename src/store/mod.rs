@@ -443,14 +443,17 @@ impl ReplyId {
 fn private_file(path: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let failed = |source| StoreError::DataDir {
+            path: dir.to_path_buf(),
+            source,
+        };
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|source| StoreError::DataDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            .map_err(failed)?;
+        // The data directory is the user's alone at every start, whatever made it looser.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
     }
     let failed = |source| StoreError::DataFile {
         path: path.to_path_buf(),
@@ -490,6 +493,22 @@ impl Store {
             user: None,
         };
         store.prepare()?;
+        // The write-ahead log and its index hold the same text as the database: the user's
+        // alone too (SQLite makes them so; one left looser by anything else is fixed).
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            let side = PathBuf::from(side);
+            if side.exists() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&side, std::fs::Permissions::from_mode(0o600)).map_err(
+                    |source| StoreError::DataFile {
+                        path: side.clone(),
+                        source,
+                    },
+                )?;
+            }
+        }
         store.mark_interrupted()?;
         Ok(store)
     }
@@ -523,6 +542,24 @@ impl Store {
             ))
             .map_err(|e| store.err(e))?;
         Ok(store)
+    }
+
+    /// After a deletion: the write-ahead log, which still holds the deleted text in its frames,
+    /// is checkpointed and emptied, so the words are gone from the disk (the database's free
+    /// pages are overwritten by `secure_delete`). Best effort: a reader in another process may
+    /// hold the log a moment longer; the next deletion or close empties it.
+    pub(crate) fn scrub_log(&self) {
+        if self.user.is_some() {
+            return;
+        }
+        let done = self
+            .lock()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            });
+        if let Err(err) = done {
+            tracing::debug!(%err, "the write-ahead log could not be emptied after a deletion");
+        }
     }
 
     /// Whether this store keeps its chats in memory only.
@@ -570,6 +607,9 @@ impl Store {
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
             .map_err(|e| self.err(e))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.err(e))?;
+        // What is deleted (a chat, a fact) is overwritten, not left in free pages.
+        conn.pragma_update(None, "secure_delete", "ON")
             .map_err(|e| self.err(e))?;
         let found: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))

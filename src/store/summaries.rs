@@ -40,7 +40,8 @@ impl Store {
         if let Some(user) = &self.user {
             return user.delete_summary(chat);
         }
-        self.lock()
+        let deleted = self
+            .lock()
             .execute(
                 // Covering every record said so far, so that a summary being written meanwhile
                 // cannot bring it back.
@@ -50,7 +51,9 @@ impl Store {
                 params![chat.0, now_ms()],
             )
             .map(|n| n > 0)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        self.scrub_log();
+        Ok(deleted)
     }
 
     /// Where a chat's next summary starts: the previous summary's text (empty when there is
