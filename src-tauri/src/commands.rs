@@ -278,15 +278,27 @@ async fn microphones() -> Res<jarvis::voice::device::Microphones> {
 /// Opens a link of a reply in the system browser, never in the webview.
 #[tauri::command]
 fn open_link(url: String) -> Res<()> {
-    let parsed = url.trim();
-    let allowed = ["https://", "http://", "mailto:"]
-        .iter()
-        .any(|scheme| parsed.to_ascii_lowercase().starts_with(scheme));
-    if !allowed {
+    let Some(link) = link_to_open(&url) else {
         return Err(anyhow::anyhow!("only web and mail links are opened").into());
-    }
-    tauri_plugin_opener::open_url(parsed, None::<&str>)?;
+    };
+    tauri_plugin_opener::open_url(link, None::<&str>)?;
     Ok(())
+}
+
+/// The link a reply's click opens: a web link as it is; a mail link to its addresses only — its
+/// query (`?attach=~/.ssh/id_rsa`, a prefilled body or copy) is the answer's, not the user's,
+/// and is dropped. `None` for any other scheme.
+fn link_to_open(url: &str) -> Option<&str> {
+    let link = url.trim();
+    let lower = link.to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("http://") {
+        return Some(link);
+    }
+    if lower.starts_with("mailto:") {
+        let to = link.split(['?', '#']).next().unwrap_or(link);
+        return (to.len() > "mailto:".len()).then_some(to);
+    }
+    None
 }
 
 #[tauri::command]
@@ -491,4 +503,28 @@ async fn chat_request(
     text: String,
 ) -> Res<serde_json::Value> {
     Ok(state.session.preview(chat.map(ChatId), text).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_to_open;
+
+    #[test]
+    fn a_mail_link_opens_without_its_query_and_other_schemes_not_at_all() {
+        assert_eq!(
+            link_to_open("mailto:ada@example.org?attach=/home/ada/.ssh/id_rsa&body=hi"),
+            Some("mailto:ada@example.org")
+        );
+        assert_eq!(
+            link_to_open(" MAILTO:ada@example.org#x"),
+            Some("MAILTO:ada@example.org")
+        );
+        assert_eq!(link_to_open("mailto:?body=hi"), None);
+        assert_eq!(
+            link_to_open("https://example.org/a?b=c"),
+            Some("https://example.org/a?b=c")
+        );
+        assert_eq!(link_to_open("file:///etc/passwd"), None);
+        assert_eq!(link_to_open("javascript:alert(1)"), None);
+    }
 }
