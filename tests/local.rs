@@ -323,3 +323,58 @@ async fn the_local_model_server_answers_only_jarvis() {
     let models = client.get(format!("{base}/models")).send().await.unwrap();
     assert_eq!(models.status().as_u16(), 401);
 }
+
+/// Issue 30 item 7: another program on this machine opens a thousand connections to the local
+/// model server and sends nothing; Jarvis's own request is still answered. (The server runs with
+/// 256 descriptors, as a small desktop limit would leave it: before, the idle connections held
+/// them all and Jarvis's connection was never accepted.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
+    use tokio::io::AsyncBufReadExt;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const TOKEN: &str = "only-jarvis";
+    let mut server = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -n 256 && exec "$0" --model "$1" --exit-with-stdin"#)
+        .arg(llm_server())
+        .arg(local_model())
+        .env("JARVIS_LLM_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let base = line
+        .split_once("listening on ")
+        .unwrap()
+        .1
+        .trim()
+        .to_string();
+    let addr = reqwest::Url::parse(&base)
+        .unwrap()
+        .socket_addrs(|| None)
+        .unwrap()[0];
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/chat/completions"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#)
+        .send();
+    let answer = tokio::time::timeout(LIMIT, answer)
+        .await
+        .expect("Jarvis's request was answered while a thousand idle connections were open")
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    assert!(!answer.text().await.unwrap().is_empty());
+    drop(idle);
+}

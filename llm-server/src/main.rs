@@ -6,6 +6,7 @@
 
 mod chat;
 mod engine;
+mod listen;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -161,7 +162,7 @@ fn run(args: Args) -> Result<()> {
                 model_name,
                 tools,
             });
-        axum::serve(listener, app).await?;
+        listen::serve(listener, app).await?;
         Ok(())
     })
 }
