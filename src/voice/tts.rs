@@ -130,7 +130,10 @@ pub(crate) fn run_espeak(
 /// Cuts streaming text into sentences to speak: a sentence is complete at `.`, `!`, `?` or `…`
 /// followed by a space or a line break, or at a blank line. A long first sentence is cut at its
 /// first clause (a comma, semicolon or colon after [`FIRST_CLAUSE_WORDS`] words or more), so the
-/// first audio comes early. Markdown marks that should not be read aloud are dropped.
+/// first audio comes early; text that runs on without an end is spoken in pieces of at most
+/// [`MAX_PIECE`] characters (at a line break or a space where it has one), so no answer is ever
+/// one endless synthesis. Each character is looked at a bounded number of times, however the
+/// text streams. Markdown marks that should not be read aloud are dropped.
 #[derive(Debug, Default)]
 pub struct Sentences {
     pending: String,
@@ -142,6 +145,9 @@ pub struct Sentences {
 /// The fewest words a first clause needs to be spoken on its own.
 pub const FIRST_CLAUSE_WORDS: usize = 6;
 
+/// The most characters spoken as one piece when the text has no sentence end.
+pub const MAX_PIECE: usize = 300;
+
 impl Sentences {
     /// A splitter with nothing pending.
     pub fn new() -> Sentences {
@@ -152,19 +158,30 @@ impl Sentences {
     pub fn push(&mut self, text: &str) -> Vec<String> {
         self.pending.push_str(text);
         let mut out = Vec::new();
+        let mut start = 0;
         loop {
-            let end = sentence_end(&self.pending).or_else(|| {
-                (!self.started && !self.in_code)
-                    .then(|| first_clause_end(&self.pending))
-                    .flatten()
-            });
+            let rest = &self.pending[start..];
+            // Only the first piece's worth is looked at (and the character after it, which says
+            // whether its last mark ends a sentence).
+            let window = &rest[..byte_of_char(rest, MAX_PIECE + 1)];
+            let end = sentence_end(window)
+                .or_else(|| {
+                    (!self.started && !self.in_code)
+                        .then(|| first_clause_end(window))
+                        .flatten()
+                })
+                .or_else(|| {
+                    (byte_of_char(rest, MAX_PIECE) < rest.len()).then(|| piece_end(window))
+                });
             let Some(end) = end else { break };
-            let sentence: String = self.pending.drain(..end).collect();
+            let sentence = rest[..end].to_string();
+            start += end;
             if let Some(spoken) = self.speakable(&sentence) {
                 out.push(spoken);
                 self.started = true;
             }
         }
+        self.pending.drain(..start);
         out
     }
 
@@ -211,19 +228,46 @@ fn ends_a_number(before: &str) -> bool {
 /// the space after it), on one line of prose (not a code block's).
 fn first_clause_end(text: &str) -> Option<usize> {
     let mut chars = text.char_indices().peekable();
+    let (mut words, mut in_word) = (0, false);
     while let Some((i, c)) = chars.next() {
         match c {
             '\n' | '`' => return None,
             ',' | ';' | ':'
-                if chars.peek().is_some_and(|(_, n)| *n == ' ')
-                    && text[..i].split_whitespace().count() >= FIRST_CLAUSE_WORDS =>
+                if chars.peek().is_some_and(|(_, n)| *n == ' ') && words >= FIRST_CLAUSE_WORDS =>
             {
                 return Some(i + 1);
             }
             _ => {}
         }
+        if c.is_whitespace() {
+            in_word = false;
+        } else if !in_word {
+            in_word = true;
+            words += 1;
+        }
     }
     None
+}
+
+/// The byte index after the first `chars` characters of `text` (its length when it has fewer).
+fn byte_of_char(text: &str, chars: usize) -> usize {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text.len(), |(i, _)| i)
+}
+
+/// Where a piece of [`MAX_PIECE`] characters without a sentence end is cut: after its last line
+/// break, else after its last space, else at the limit.
+fn piece_end(window: &str) -> usize {
+    let limit = byte_of_char(window, MAX_PIECE);
+    let piece = &window[..limit];
+    piece
+        .rfind('\n')
+        .or_else(|| piece.rfind(char::is_whitespace))
+        .filter(|&at| at > 0)
+        .map_or(limit, |at| {
+            at + piece[at..].chars().next().map_or(1, char::len_utf8)
+        })
 }
 
 /// Where the first complete sentence of `text` ends (byte index after its terminator).
@@ -280,6 +324,33 @@ mod tests {
                 "and the answer depends on the season, mostly.".to_string(),
                 "Then, in spring, it rains.".to_string()
             ]
+        );
+    }
+
+    /// Issue 30 item 7: an answer with no sentence end was one synthesis of the whole text (a
+    /// 100 KB answer, hours of audio made before the first sound).
+    #[test]
+    fn text_without_sentence_ends_is_spoken_in_bounded_pieces_at_spaces() {
+        let words: Vec<String> = (0..20_000).map(|n| format!("word{n}")).collect();
+        let text = words.join(" ");
+        let mut s = Sentences::new();
+        let mut pieces = Vec::new();
+        for chunk in text.as_bytes().chunks(7) {
+            pieces.extend(s.push(std::str::from_utf8(chunk).unwrap()));
+        }
+        pieces.extend(s.finish());
+        assert!(pieces.len() > 300, "{}", pieces.len());
+        assert!(pieces.iter().all(|p| p.chars().count() <= MAX_PIECE));
+        // Cut between words, nothing lost.
+        assert_eq!(pieces.join(" "), text);
+        // One endless "word": cut at the limit.
+        let mut s = Sentences::new();
+        let token = "é".repeat(5 * MAX_PIECE + 10);
+        let mut pieces = s.push(&token);
+        pieces.extend(s.finish());
+        assert_eq!(
+            pieces.iter().map(|p| p.chars().count()).collect::<Vec<_>>(),
+            [MAX_PIECE, MAX_PIECE, MAX_PIECE, MAX_PIECE, MAX_PIECE, 10]
         );
     }
 
