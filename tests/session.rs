@@ -523,7 +523,7 @@ async fn listen_clicked_while_the_voice_loop_starts_opens_the_microphone_once_it
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn moving_a_keyed_backend_to_another_host_asks_for_its_key_again() {
+async fn moving_a_keyed_backend_to_another_host_port_or_scheme_asks_for_its_key_again() {
     let rig =
         rig_with_file(|stub| toml::to_string(&settings(BackendKind::Anthropic, stub)).unwrap())
             .await;
@@ -537,7 +537,25 @@ async fn moving_a_keyed_backend_to_another_host_asks_for_its_key_again() {
     );
     assert_eq!(rig.file(), before, "nothing was written");
 
-    // The same host (another path or port) keeps its key.
+    // Issue 30 item 7: the same host on another port (another server) or another scheme (the
+    // key in the clear) asks again too.
+    let here = reqwest::Url::parse(&rig.stub.anthropic_url()).unwrap();
+    let port = here.port().unwrap();
+    for moved in [
+        format!("http://127.0.0.1:{}", port + 1),
+        format!("https://127.0.0.1:{port}"),
+    ] {
+        let mut form = rig.form();
+        form.base_url = Some(moved.clone());
+        let err = rig.session.apply(form).await.unwrap_err();
+        assert!(
+            err.to_string().contains("enter the key for it again"),
+            "{moved}: {err}"
+        );
+    }
+    assert_eq!(rig.file(), before, "nothing was written");
+
+    // The same server (another path) keeps its key.
     let mut form = rig.form();
     form.base_url = Some(format!("{}/", rig.stub.anthropic_url()));
     rig.session.apply(form).await.unwrap();

@@ -422,8 +422,8 @@ impl Session {
         })
     }
 
-    /// A key given for one host is never sent to another unasked: a form that moves a keyed
-    /// backend to a new host must give its key again.
+    /// A key given for one server is never sent to another unasked: a form that moves a keyed
+    /// backend to a new scheme, host or port must give its key again.
     async fn key_stays_with_its_host(&self, form: &SettingsForm) -> Result<(), SessionError> {
         let settings = self.settings();
         let Some(var) = needed_key(&settings, form.backend) else {
@@ -441,15 +441,18 @@ impl Session {
         else {
             return Ok(());
         };
-        let host = |url: &str| {
-            reqwest::Url::parse(url)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+        // Where a key goes: the scheme (https to http sends it in the clear), the host and the
+        // port (another server on the same machine); a new path on the same server keeps it.
+        let origin = |url: &str| {
+            reqwest::Url::parse(url).ok().map(|u| {
+                let origin = u.origin();
+                (origin.is_tuple(), origin.ascii_serialization())
+            })
         };
-        if host(&current) != host(wanted) && self.has_key(var).await {
+        if origin(&current) != origin(wanted) && self.has_key(var).await {
             return Err(SessionError::Invalid(format!(
-                "the base URL now points to {}: enter the key for it again (a key is never sent to a new host unasked)",
-                host(wanted).unwrap_or_else(|| wanted.to_string())
+                "the base URL now points to {}: enter the key for it again (a key is never sent to a new server unasked)",
+                origin(wanted).map_or_else(|| wanted.to_string(), |(_, o)| o)
             )));
         }
         Ok(())
