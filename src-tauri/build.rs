@@ -6,7 +6,6 @@ const COMMANDS: &[&str] = &[
     "quit_app",
     "app_info",
     "list_chats",
-    "new_chat",
     "rename_chat",
     "delete_chat",
     "start_afresh",

@@ -36,7 +36,6 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         quit_app,
         app_info,
         list_chats,
-        new_chat,
         rename_chat,
         delete_chat,
         start_afresh,
@@ -158,11 +157,6 @@ fn chat_window_ready(app: &AppHandle) {
         let session = app.state::<AppState>().session.clone();
         tauri::async_runtime::spawn(async move { session.start_voice().await });
     });
-}
-
-#[tauri::command]
-async fn new_chat(state: State<'_, AppState>) -> Res<Chat> {
-    Ok(state.service.new_chat(None).await?)
 }
 
 #[tauri::command]
@@ -508,6 +502,84 @@ async fn chat_request(
 #[cfg(test)]
 mod tests {
     use super::link_to_open;
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// The commands a page calls: the `api` members used by its module and every module it
+    /// imports, each as the command `ui/src/api.ts` invokes for it.
+    fn commands_called(page: &str) -> BTreeSet<String> {
+        let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/src");
+        let api = std::fs::read_to_string(ui.join("api.ts")).unwrap();
+        let mut command_of = std::collections::HashMap::new();
+        let mut member = None;
+        for line in api.lines() {
+            if let Some(name) = line
+                .strip_prefix("  ")
+                .and_then(|l| l.split_once(':'))
+                .map(|(n, _)| n)
+                .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric()))
+            {
+                member = Some(name.to_string());
+            }
+            if let (Some(at), Some(name)) = (line.find("invoke"), &member) {
+                if let Some(command) = line[at..].split('"').nth(1) {
+                    command_of.insert(name.clone(), command.to_string());
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![page.to_string()];
+        let mut called = BTreeSet::new();
+        while let Some(module) = todo.pop() {
+            if !seen.insert(module.clone()) {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(ui.join(format!("{module}.ts"))) else {
+                continue;
+            };
+            for import in text.split("from \"./").skip(1) {
+                todo.push(import.split('"').next().unwrap().to_string());
+            }
+            for used in text.split("api.").skip(1) {
+                let name: String = used
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect();
+                if let Some(command) = command_of.get(&name) {
+                    called.insert(command.clone());
+                }
+            }
+        }
+        called
+    }
+
+    /// The app's own commands a window's capability file allows.
+    fn allowed(window: &str) -> BTreeSet<String> {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("capabilities/{window}.json"));
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        file["permissions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p.as_str()?.strip_prefix("allow-"))
+            .map(|p| p.replace('-', "_"))
+            .collect()
+    }
+
+    #[test]
+    fn each_window_is_allowed_exactly_the_commands_its_page_calls() {
+        for (window, page) in [("orb", "orb"), ("chat", "chat")] {
+            let called = commands_called(page);
+            assert!(called.len() > 5, "{window}: {called:?}");
+            assert_eq!(
+                allowed(window),
+                called,
+                "the {window} window's capabilities"
+            );
+        }
+    }
 
     #[test]
     fn a_mail_link_opens_without_its_query_and_other_schemes_not_at_all() {

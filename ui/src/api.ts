@@ -28,7 +28,6 @@ export const api = {
   quitApp: () => invoke<void>("quit_app"),
   appInfo: () => invoke<AppInfo>("app_info"),
   listChats: () => invoke<Chat[]>("list_chats"),
-  newChat: () => invoke<Chat>("new_chat"),
   renameChat: (chat: number, title: string) => invoke<void>("rename_chat", { chat, title }),
   deleteChat: (chat: number) => invoke<void>("delete_chat", { chat }),
   startAfresh: (chat: number) => invoke<number>("start_afresh", { chat }),
