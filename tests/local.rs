@@ -268,16 +268,14 @@ async fn by_default_a_model_under_a_billion_parameters_is_not_offered_tools() {
     assert!(service.store().facts().unwrap().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_local_model_server_answers_only_jarvis() {
+/// Starts `jarvis-llm` (as `command` runs it) with Jarvis's `token`; the process and its base URL.
+async fn start_llm_server(
+    mut command: tokio::process::Command,
+    token: &str,
+) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
-    let _serial = ONE_AT_A_TIME.lock().await;
-    const TOKEN: &str = "a-token-only-jarvis-holds";
-    let mut server = tokio::process::Command::new(llm_server())
-        .arg("--model")
-        .arg(local_model())
-        .arg("--exit-with-stdin")
-        .env("JARVIS_LLM_TOKEN", TOKEN)
+    let mut server = command
+        .env("JARVIS_LLM_TOKEN", token)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -289,12 +287,20 @@ async fn the_local_model_server_answers_only_jarvis() {
         .unwrap()
         .unwrap()
         .unwrap();
-    let base = line
-        .split_once("listening on ")
-        .unwrap()
-        .1
-        .trim()
-        .to_string();
+    let base = line.split_once("listening on ").unwrap().1.trim();
+    (server, base.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_model_server_answers_only_jarvis() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const TOKEN: &str = "a-token-only-jarvis-holds";
+    let mut command = tokio::process::Command::new(llm_server());
+    command
+        .arg("--model")
+        .arg(local_model())
+        .arg("--exit-with-stdin");
+    let (_server, base) = start_llm_server(command, TOKEN).await;
     let port = reqwest::Url::parse(&base).unwrap().port().unwrap();
     let client = reqwest::Client::new();
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}"#;
@@ -330,32 +336,15 @@ async fn the_local_model_server_answers_only_jarvis() {
 /// them all and Jarvis's connection was never accepted.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
-    use tokio::io::AsyncBufReadExt;
     let _serial = ONE_AT_A_TIME.lock().await;
     const TOKEN: &str = "only-jarvis";
-    let mut server = tokio::process::Command::new("sh")
+    let mut command = tokio::process::Command::new("sh");
+    command
         .arg("-c")
         .arg(r#"ulimit -n 256 && exec "$0" --model "$1" --exit-with-stdin"#)
         .arg(llm_server())
-        .arg(local_model())
-        .env("JARVIS_LLM_TOKEN", TOKEN)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(LIMIT, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = line
-        .split_once("listening on ")
-        .unwrap()
-        .1
-        .trim()
-        .to_string();
+        .arg(local_model());
+    let (_server, base) = start_llm_server(command, TOKEN).await;
     let addr = reqwest::Url::parse(&base)
         .unwrap()
         .socket_addrs(|| None)
