@@ -25,3 +25,7 @@ DROP TABLE confirmations;
 ALTER TABLE confirmations_next RENAME TO confirmations;
 -- A deleted record's words leave the search index too (not only a 'delete' marker beside them).
 INSERT INTO records_search (records_search, rank) VALUES ('secure-delete', 1);
+-- A forgotten fact's action line keeps no words of it (the search index follows the text).
+CREATE TRIGGER facts_forgotten_lines BEFORE DELETE ON facts BEGIN
+    UPDATE records SET text = 'Remembered a fact, since forgotten' WHERE fact_id = old.id;
+END;

@@ -236,9 +236,20 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
                 );
             }
             if confirm {
-                // The fact the user was asked about, whatever this call says; without one
-                // pending, `confirm` means nothing and the fact given is stored as any other.
-                match store.take_proposal(chat) {
+                // The fact the user was asked about, when this call names it; otherwise (none
+                // pending, or another fact) `confirm` means nothing and the fact given is stored
+                // as any other — an unrelated "remember that…" never stores the proposal.
+                let named = normalise(&crate::envelope::one_line(arg("fact")));
+                let taken = match store.confirmation_answered(chat) {
+                    Ok(Some((Pending::Remember(proposed), true)))
+                        if !named.is_empty() && normalise(&proposed) == named =>
+                    {
+                        store.take_proposal(chat)
+                    }
+                    Ok(_) => Ok(None),
+                    Err(err) => Err(err),
+                };
+                match taken {
                     Ok(Some(fact)) => {
                         return match store.store_fact(&fact, Some(chat)) {
                             Ok((fact, new)) => {

@@ -171,10 +171,20 @@ pub struct State {
     pub locale: Locale,
     /// Where the previous answer was cut, if it was.
     pub cut: Option<Cut>,
-    /// A question Jarvis asked and waits for the user to confirm (e.g. forgetting a fact).
-    pub pending_confirmation: Option<String>,
+    /// A question Jarvis asked and waits for the user to confirm (forgetting a fact, or
+    /// remembering one proposed after reading text from outside).
+    pub pending_confirmation: Option<Confirmation>,
     /// How many actions (tool calls, housekeeping) are still running for the chat.
     pub running_actions: usize,
+}
+
+/// What a pending confirmation waits for, with the question asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Forgetting a fact ("Forget "…" (fact 12)?").
+    Forget(String),
+    /// Remembering a fact proposed after reading text from outside ("Remember "…"?").
+    Remember(String),
 }
 
 impl State {
@@ -208,11 +218,17 @@ impl State {
         if let Some(cut) = &self.cut {
             lines.push(cut.describe());
         }
-        if let Some(question) = &self.pending_confirmation {
-            lines.push(format!(
+        match &self.pending_confirmation {
+            Some(Confirmation::Forget(question)) => lines.push(format!(
                 "Waiting for the user to confirm: {question} (if this message says yes to it, call \
                  forget_fact with that id and confirm: true; otherwise the fact is kept)"
-            ));
+            )),
+            Some(Confirmation::Remember(question)) => lines.push(format!(
+                "Waiting for the user to confirm: {question} (proposed after reading content from \
+                 outside, not by the user; if this message says yes to it, call remember_fact with \
+                 that fact and confirm: true; otherwise it is not stored)"
+            )),
+            None => {}
         }
         if self.running_actions > 0 {
             lines.push(format!("Actions still running: {}", self.running_actions));
@@ -410,7 +426,10 @@ pub fn assemble_stated(
     }
     let mut state = State::now(a.mode);
     state.cut = a.previous.as_ref().and_then(Cut::of);
-    state.pending_confirmation = pending.map(|(_, question)| question);
+    state.pending_confirmation = pending.map(|(pending, question)| match pending {
+        crate::store::Pending::Forget(_) => Confirmation::Forget(question),
+        crate::store::Pending::Remember(_) => Confirmation::Remember(question),
+    });
     state.running_actions = a.running_actions;
     // A compacted chat: the records from its anchor on, after the summary of the rest.
     let compaction = match a.chat {
@@ -634,11 +653,22 @@ mod tests {
     #[test]
     fn a_pending_confirmation_and_running_actions_are_in_the_state_block() {
         let mut s = state(Locale::English);
-        s.pending_confirmation = Some("Forget \"my dog is called Bruno\"?".into());
+        s.pending_confirmation = Some(Confirmation::Forget(
+            "Forget \"my dog is called Bruno\"?".into(),
+        ));
         s.running_actions = 2;
         let last = last_block(&s);
         assert!(
             last.contains("\nWaiting for the user to confirm: Forget \"my dog is called Bruno\"? (if this message says yes to it, call forget_fact with that id and confirm: true; otherwise the fact is kept)\nActions still running: 2\n[End of current state]"),
+            "{last}"
+        );
+        // A proposal says where it came from and which tool takes the yes.
+        s.pending_confirmation = Some(Confirmation::Remember(
+            "Remember \"The user likes tea.\"?".into(),
+        ));
+        let last = last_block(&s);
+        assert!(
+            last.contains("Waiting for the user to confirm: Remember \"The user likes tea.\"? (proposed after reading content from outside, not by the user; if this message says yes to it, call remember_fact with that fact and confirm: true; otherwise it is not stored)"),
             "{last}"
         );
     }

@@ -414,18 +414,20 @@ function messageEl(m: Message): HTMLElement {
   return el;
 }
 
-/** An action line ("Remembered: …"): with Undo while its fact is remembered, marked forgotten after. */
+/** An action line ("Remembered: …"): with Undo while its fact is remembered; once it is
+ *  forgotten the store keeps the line without the fact's words. */
 function actionEl(m: Message): HTMLElement {
   const el = h("div", { class: "action-line", role: "note", "data-key": m.key }, h("span", { class: "action-text" }, m.text));
   const fact = m.fact;
   if (fact === undefined || fact === null) {
+    // Forgotten: the line says so, without the fact's words.
     el.classList.add("undone");
-    el.append(h("span", { class: "muted" }, " — forgotten"));
     return el;
   }
   const undo = h("button", { type: "button", class: "link undo", title: "Forget this fact again" }, "Undo");
   undo.addEventListener("click", async () => {
     const chat = view.chat;
+    undo.disabled = true;
     try {
       await api.removeFact(fact);
     } catch (err) {
