@@ -439,7 +439,9 @@ impl ReplyId {
 
 /// Makes the database's folders (readable by the user alone: 0700) and the file itself (0600,
 /// which SQLite's journal files take after it), so no other user of the machine reads the chats.
-/// Folders that exist already are left as they are (the data directory may be a shared one).
+/// The data directory itself is made the user's alone again at every start when it is theirs
+/// (not a shared folder someone else owns, not their home folder); the folders above it are left
+/// as they are.
 fn private_file(path: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -453,7 +455,18 @@ fn private_file(path: &Path) -> Result<(), StoreError> {
             .create(dir)
             .map_err(failed)?;
         // The data directory is the user's alone at every start, whatever made it looser.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+        use std::os::unix::fs::MetadataExt;
+        let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+        let owner = std::fs::metadata(dir).map_err(failed)?;
+        let home = std::env::var_os("HOME")
+            .and_then(|h| std::fs::canonicalize(h).ok())
+            .is_some_and(|h| std::fs::canonicalize(dir).is_ok_and(|d| d == h));
+        if me == Some(owner.uid()) && !home && owner.mode() & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(failed)?;
+        } else if owner.mode() & 0o077 != 0 {
+            tracing::warn!(dir = %dir.display(), "the data directory is not the user's own folder, so others may list it; its files stay private");
+        }
     }
     let failed = |source| StoreError::DataFile {
         path: path.to_path_buf(),
