@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +25,11 @@ pub const OPEN_LIMIT: usize = 32;
 /// connection) before it is closed.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One open connection: how many of its requests are being answered, and what closes it.
+/// One open connection: how many of its requests are being answered, whether it has sent one,
+/// and what closes it.
 struct Open {
     answering: Arc<AtomicUsize>,
+    served: Arc<AtomicBool>,
     close: oneshot::Sender<()>,
 }
 
@@ -69,15 +71,23 @@ pub async fn serve(listener: TcpListener, app: Router) -> std::io::Result<()> {
         };
         let _ = stream.set_nodelay(true);
         let answering = Arc::new(AtomicUsize::new(0));
+        let served = Arc::new(AtomicBool::new(false));
         let (close, closed) = oneshot::channel();
         let id = {
             let mut all = connections.lock().unwrap_or_else(|p| p.into_inner());
             if all.open.len() >= OPEN_LIMIT {
-                let idle = all
-                    .open
-                    .iter()
-                    .find(|(_, c)| c.answering.load(Ordering::SeqCst) == 0)
-                    .map(|(id, _)| *id);
+                // The oldest that never sent a request goes first, then the oldest kept open
+                // after its answers (a client's pool, Jarvis's own among them).
+                let idle = |served: bool| {
+                    all.open
+                        .iter()
+                        .find(|(_, c)| {
+                            c.answering.load(Ordering::SeqCst) == 0
+                                && c.served.load(Ordering::SeqCst) == served
+                        })
+                        .map(|(id, _)| *id)
+                };
+                let idle = idle(false).or_else(|| idle(true));
                 match idle.and_then(|id| all.open.remove(&id)) {
                     Some(oldest) => {
                         tracing::debug!("the oldest idle connection is closed for a new one");
@@ -98,6 +108,7 @@ pub async fn serve(listener: TcpListener, app: Router) -> std::io::Result<()> {
                 id,
                 Open {
                     answering: answering.clone(),
+                    served: served.clone(),
                     close,
                 },
             );
@@ -106,6 +117,7 @@ pub async fn serve(listener: TcpListener, app: Router) -> std::io::Result<()> {
         let app = app.clone();
         let service =
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                served.store(true, Ordering::SeqCst);
                 let busy = Answering::new(&answering);
                 let mut app = app.clone();
                 async move {
@@ -143,5 +155,8 @@ pub async fn serve(listener: TcpListener, app: Router) -> std::io::Result<()> {
                 .open
                 .remove(&id);
         });
+        // The new connection reads what it was sent before more are accepted, so a client that
+        // sent its request at once (Jarvis does) is being answered, not idle, when a flood comes.
+        tokio::task::yield_now().await;
     }
 }
