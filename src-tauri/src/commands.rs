@@ -281,7 +281,7 @@ fn open_link(url: String) -> Res<()> {
 
 /// The link a reply's click opens: a web link as it is; a mail link to its addresses only — its
 /// query (`?attach=~/.ssh/id_rsa`, a prefilled body or copy) is the answer's, not the user's,
-/// and is dropped. `None` for any other scheme.
+/// and is dropped (an address with `%` escapes is not opened). `None` for any other scheme.
 fn link_to_open(url: &str) -> Option<&str> {
     let link = url.trim();
     let lower = link.to_ascii_lowercase();
@@ -290,7 +290,8 @@ fn link_to_open(url: &str) -> Option<&str> {
     }
     if lower.starts_with("mailto:") {
         let to = link.split(['?', '#']).next().unwrap_or(link);
-        return (to.len() > "mailto:".len()).then_some(to);
+        // An escaped `?` (%3F) would be a query again once the mail program decodes it.
+        return (to.len() > "mailto:".len() && !to.contains('%')).then_some(to);
     }
     None
 }
@@ -592,6 +593,7 @@ mod tests {
             Some("MAILTO:ada@example.org")
         );
         assert_eq!(link_to_open("mailto:?body=hi"), None);
+        assert_eq!(link_to_open("mailto:ada@example.org%3Fattach=x"), None);
         assert_eq!(
             link_to_open("https://example.org/a?b=c"),
             Some("https://example.org/a?b=c")
