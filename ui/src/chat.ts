@@ -424,7 +424,7 @@ function actionEl(m: Message): HTMLElement {
     el.classList.add("undone");
     return el;
   }
-  const undo = h("button", { type: "button", class: "link undo", title: "Forget this fact again" }, "Undo");
+  const undo = h("button", { type: "button", class: "link undo", title: "Forget this fact again" }, "Undo") as HTMLButtonElement;
   undo.addEventListener("click", async () => {
     const chat = view.chat;
     undo.disabled = true;
