@@ -461,11 +461,16 @@ fn private_file(path: &Path) -> Result<(), StoreError> {
         let home = std::env::var_os("HOME")
             .and_then(|h| std::fs::canonicalize(h).ok())
             .is_some_and(|h| std::fs::canonicalize(dir).is_ok_and(|d| d == h));
-        if me == Some(owner.uid()) && !home && owner.mode() & 0o077 != 0 {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(failed)?;
-        } else if owner.mode() & 0o077 != 0 {
-            tracing::warn!(dir = %dir.display(), "the data directory is not the user's own folder, so others may list it; its files stay private");
+        if owner.mode() & 0o077 != 0 {
+            if home {
+                // The user's home as the data directory: its mode is theirs to choose.
+                tracing::debug!(dir = %dir.display(), "the data directory is the home folder; its mode is left alone");
+            } else if me == Some(owner.uid()) {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(failed)?;
+            } else {
+                tracing::warn!(dir = %dir.display(), "the data directory belongs to another user, so others may list it; its files stay private");
+            }
         }
     }
     let failed = |source| StoreError::DataFile {
