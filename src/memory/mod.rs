@@ -235,38 +235,25 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
                     false,
                 );
             }
+            let mut fact = crate::envelope::one_line(arg("fact"));
             if confirm {
-                // The fact the user was asked about, when this call names it; otherwise (none
-                // pending, or another fact) `confirm` means nothing and the fact given is stored
-                // as any other — an unrelated "remember that…" never stores the proposal.
-                let named = normalise(&crate::envelope::one_line(arg("fact")));
-                let taken = match store.confirmation_answered(chat) {
+                // The fact the user was asked about, when this call names it: its question ends,
+                // and it is stored below as the proposal said it. Otherwise (none pending, or
+                // another fact) `confirm` means nothing and the fact given is stored as any
+                // other — an unrelated "remember that…" never stores the proposal.
+                match store.confirmation_answered(chat) {
                     Ok(Some((Pending::Remember(proposed), true)))
-                        if !named.is_empty() && normalise(&proposed) == named =>
+                        if !fact.is_empty() && normalise(&proposed) == normalise(&fact) =>
                     {
-                        store.take_proposal(chat)
-                    }
-                    Ok(_) => Ok(None),
-                    Err(err) => Err(err),
-                };
-                match taken {
-                    Ok(Some(fact)) => {
-                        return match store.store_fact(&fact, Some(chat)) {
-                            Ok((fact, new)) => {
-                                let said = format!("Stored: \"{}\"", fact.text);
-                                if new {
-                                    turn.stored.push(fact);
-                                }
-                                result(said, false)
-                            }
-                            Err(err) => result(format!("the tool failed: {err}"), true),
+                        if let Err(err) = store.resolve_confirmation(chat, false) {
+                            return result(format!("the tool failed: {err}"), true);
                         }
+                        fact = proposed;
                     }
-                    Ok(None) => {}
+                    Ok(_) => {}
                     Err(err) => return result(format!("the tool failed: {err}"), true),
                 }
             }
-            let fact = crate::envelope::one_line(arg("fact"));
             let fact = fact.as_str();
             if fact.is_empty() {
                 return result("remember_fact needs a non-empty \"fact\"".into(), true);

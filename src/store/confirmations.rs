@@ -32,43 +32,36 @@ impl Store {
         fact: i64,
         question: &str,
     ) -> Result<(), StoreError> {
-        if self.user.is_some() {
-            // The fact is the database's; a row of the same id here only keeps the reference
-            // sound (nothing reads facts from this store).
-            self.lock()
-                .execute(
-                    "INSERT OR IGNORE INTO facts (id, text, created_at, updated_at) VALUES (?1, '', 0, 0)",
-                    [fact],
-                )
-                .map_err(|e| self.err(e))?;
-        }
-        self.lock()
-            .execute(
-                "INSERT INTO confirmations (chat_id, fact_id, question, created_at, after_seq)
-                 VALUES (?1, ?2, ?3, ?4,
-                         (SELECT COALESCE(MAX(seq), 0) FROM records WHERE chat_id = ?1 AND role = 'user'))
-                 ON CONFLICT (chat_id) DO UPDATE
-                 SET fact_id = ?2, proposed = NULL, question = ?3, created_at = ?4,
-                     after_seq = excluded.after_seq",
-                params![chat.0, fact, question, now_ms()],
-            )
-            .map(drop)
-            .map_err(|e| self.err(e))
+        let conn = self.lock();
+        self.mirror_fact(&conn, fact).map_err(|e| self.err(e))?;
+        drop(conn);
+        self.ask(chat, Some(fact), None, question)
     }
 
     /// Asks the user of `chat` whether to remember `fact` (replacing any question pending
     /// there): the model proposed it after reading text from outside, which cannot write a
     /// memory by itself. Only a user message recorded after this one answers it.
     pub fn propose_fact(&self, chat: ChatId, fact: &str, question: &str) -> Result<(), StoreError> {
+        self.ask(chat, None, Some(fact), question)
+    }
+
+    /// The one pending question of `chat`: a fact to forget or one proposed to remember.
+    fn ask(
+        &self,
+        chat: ChatId,
+        forget: Option<i64>,
+        proposed: Option<&str>,
+        question: &str,
+    ) -> Result<(), StoreError> {
         self.lock()
             .execute(
-                "INSERT INTO confirmations (chat_id, proposed, question, created_at, after_seq)
-                 VALUES (?1, ?2, ?3, ?4,
+                "INSERT INTO confirmations (chat_id, fact_id, proposed, question, created_at, after_seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5,
                          (SELECT COALESCE(MAX(seq), 0) FROM records WHERE chat_id = ?1 AND role = 'user'))
                  ON CONFLICT (chat_id) DO UPDATE
-                 SET fact_id = NULL, proposed = ?2, question = ?3, created_at = ?4,
+                 SET fact_id = ?2, proposed = ?3, question = ?4, created_at = ?5,
                      after_seq = excluded.after_seq",
-                params![chat.0, fact, question, now_ms()],
+                params![chat.0, forget, proposed, question, now_ms()],
             )
             .map(drop)
             .map_err(|e| self.err(e))
@@ -120,7 +113,8 @@ impl Store {
     }
 
     /// Ends the confirmation pending in `chat`; with `confirmed`, forgets its fact (a proposed
-    /// fact is taken with [`Store::take_proposal`]). Returns the fact forgotten, if one was.
+    /// fact is stored by its caller, [`crate::memory::run`]). Returns the fact forgotten, if one
+    /// was.
     pub fn resolve_confirmation(
         &self,
         chat: ChatId,
@@ -167,30 +161,5 @@ impl Store {
             }
         }
         Ok(forgotten)
-    }
-
-    /// Ends a proposal pending in `chat` that the user has answered since it was asked, and
-    /// returns the fact proposed (to be stored now). `None`, and nothing changes, when no
-    /// answered proposal is pending.
-    pub fn take_proposal(&self, chat: ChatId) -> Result<Option<String>, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
-        let proposed: Option<String> = tx
-            .query_row(
-                "SELECT c.proposed FROM confirmations c
-                 WHERE c.chat_id = ?1 AND c.proposed IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM records r
-                               WHERE r.chat_id = c.chat_id AND r.role = 'user' AND r.seq > c.after_seq)",
-                [chat.0],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if proposed.is_some() {
-            tx.execute("DELETE FROM confirmations WHERE chat_id = ?1", [chat.0])
-                .map_err(|e| self.err(e))?;
-        }
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok(proposed)
     }
 }

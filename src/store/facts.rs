@@ -60,6 +60,19 @@ impl Store {
         .map_err(|e| self.err(e))
     }
 
+    /// In a store kept in memory, a row standing for the database's fact `id`, so a reference to
+    /// it here (a confirmation, an action line) is sound; nothing reads facts from this store.
+    /// Nothing to do in the database itself.
+    pub(super) fn mirror_fact(&self, conn: &rusqlite::Connection, id: i64) -> rusqlite::Result<()> {
+        if self.user.is_some() {
+            conn.execute(
+                "INSERT OR IGNORE INTO facts (id, text, created_at, updated_at) VALUES (?1, '', 0, 0)",
+                [id],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Rewrites a fact.
     pub fn edit_fact(&self, id: i64, text: &str) -> Result<Fact, StoreError> {
         if let Some(user) = &self.user {

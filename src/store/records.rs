@@ -33,14 +33,7 @@ impl Store {
     ) -> Result<Record, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
-        if self.user.is_some() {
-            // The fact is the database's; a row of the same id here keeps the reference sound.
-            tx.execute(
-                "INSERT OR IGNORE INTO facts (id, text, created_at, updated_at) VALUES (?1, '', 0, 0)",
-                [fact.id],
-            )
-            .map_err(|e| self.err(e))?;
-        }
+        self.mirror_fact(&tx, fact.id).map_err(|e| self.err(e))?;
         let text = format!("{REMEMBERED}{}", fact.text);
         let mut record =
             insert_record(&tx, chat, Role::Tool, &text, Some(reply)).map_err(|e| self.err(e))?;
