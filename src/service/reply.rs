@@ -451,16 +451,23 @@ impl ReplyJob {
                         let results = run
                             .iter()
                             .map(|(call, refused)| match refused {
+                                // A tool's result is bounded, holds no envelope of the app's, and
+                                // is marked when it is text from outside.
                                 None => {
                                     read |= memory::reads_outside(&call.name);
-                                    memory::run(&store, chat, call, &mut before)
+                                    let mut result = memory::run(&store, chat, call, &mut before);
+                                    result.content =
+                                        crate::tools::result_for_model(&call.name, &result.content);
+                                    result
                                 }
+                                // A call not run is answered in the app's own words.
                                 Some(why) => ToolResult {
                                     id: call.id.clone(),
-                                    content: format!(
+                                    content: crate::envelope::neutralise(&format!(
                                         "{} was not run: {why}.",
                                         memory::shown_name(&call.name)
-                                    ),
+                                    ))
+                                    .into_owned(),
                                     is_error: true,
                                 },
                             })
@@ -500,22 +507,7 @@ impl ReplyJob {
                     };
                     tracing::debug!(round, calls = calls.len(), "tool round");
                     let mut answered = Message::text(MessageRole::User, "");
-                    // A tool's result is bounded, holds no envelope of the app's, and is
-                    // marked when it is text from outside; a call not run is answered in the
-                    // app's own words.
-                    answered.tool_results = results
-                        .into_iter()
-                        .zip(&calls)
-                        .map(|(mut result, (call, refused))| {
-                            result.content = match refused {
-                                None => crate::tools::result_for_model(&call.name, &result.content),
-                                Some(_) => {
-                                    crate::envelope::neutralise(&result.content).into_owned()
-                                }
-                            };
-                            result
-                        })
-                        .collect();
+                    answered.tool_results = results;
                     let mut asked = Message::text(MessageRole::Assistant, said);
                     asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     request.messages.push(asked);
