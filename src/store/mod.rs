@@ -456,12 +456,12 @@ fn private_file(path: &Path) -> Result<(), StoreError> {
             .map_err(failed)?;
         // The data directory is the user's alone at every start, whatever made it looser.
         use std::os::unix::fs::MetadataExt;
-        let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
         let owner = std::fs::metadata(dir).map_err(failed)?;
-        let home = std::env::var_os("HOME")
-            .and_then(|h| std::fs::canonicalize(h).ok())
-            .is_some_and(|h| std::fs::canonicalize(dir).is_ok_and(|d| d == h));
         if owner.mode() & 0o077 != 0 {
+            let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+            let home = std::env::var_os("HOME")
+                .and_then(|h| std::fs::canonicalize(h).ok())
+                .is_some_and(|h| std::fs::canonicalize(dir).is_ok_and(|d| d == h));
             if home {
                 // The user's home as the data directory: its mode is theirs to choose.
                 tracing::debug!(dir = %dir.display(), "the data directory is the home folder; its mode is left alone");
