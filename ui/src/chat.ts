@@ -167,22 +167,26 @@ async function select(chat: number | null): Promise<void> {
 function onEvent(event: ReplyEvent): void {
   const result = applyEvent(view, event);
   view = result.view;
-  if (result.reload && view.chat !== null) {
-    const chat = view.chat;
-    const seq = attachSeq;
-    api
-      .records(chat)
-      .then((records) => {
-        if (seq === attachSeq) {
-          view = { ...view, records };
-          scheduleRender();
-        }
-      })
-      .catch((err) => showNote(message(err)));
-  }
+  if (result.reload) reloadRecords();
   // Deltas re-render at most once a frame; anything else at once.
   if (event.type === "delta") scheduleRender();
   else render();
+}
+
+/** Reads the open chat's records again, and shows them if that chat is still the one open. */
+function reloadRecords(): void {
+  if (view.chat === null) return;
+  const chat = view.chat;
+  const seq = attachSeq;
+  api
+    .records(chat)
+    .then((records) => {
+      if (seq === attachSeq) {
+        view = { ...view, records };
+        scheduleRender();
+      }
+    })
+    .catch((err) => showNote(message(err)));
 }
 
 function scheduleRender(): void {
@@ -426,7 +430,6 @@ function actionEl(m: Message): HTMLElement {
   }
   const undo = h("button", { type: "button", class: "link undo", title: "Forget this fact again" }, "Undo") as HTMLButtonElement;
   undo.addEventListener("click", async () => {
-    const chat = view.chat;
     undo.disabled = true;
     try {
       await api.removeFact(fact);
@@ -434,12 +437,7 @@ function actionEl(m: Message): HTMLElement {
       // Forgotten already (in the Memory panel): the line is read again either way.
       showNote(message(err));
     }
-    if (chat === null) return;
-    const records = await api.records(chat).catch(() => null);
-    if (records && view.chat === chat) {
-      view = { ...view, records };
-      render();
-    }
+    reloadRecords();
   });
   el.append(" ", undo);
   return el;
