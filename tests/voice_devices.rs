@@ -337,7 +337,11 @@ impl Listening {
             source: Arc::new(source),
             sink: Arc::new(jarvis::voice::Recorder::new(22_050)),
             transcriber: Arc::new(
-                jarvis::voice::LazyWhisper::new(&model_dir().join("ggml-tiny.en.bin"), 1).unwrap(),
+                jarvis::voice::LazyWhisper::new(
+                    &model_dir().join(jarvis::config::SpeechModel::TinyEn.file_name()),
+                    1,
+                )
+                .unwrap(),
             ),
             synthesizer: Arc::new(Espeak::default()),
             wake: None,

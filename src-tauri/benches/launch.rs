@@ -92,7 +92,9 @@ fn listening(binary: &Path) -> (f64, f64) {
     let models = jarvis::config::Config::installed_model_dir(&|k| std::env::var(k).ok())
         .expect("a home directory");
     assert!(
-        models.join("ggml-tiny.en.bin").is_file(),
+        models
+            .join(jarvis::config::SpeechModel::TinyEn.file_name())
+            .is_file(),
         "the voice models (scripts/models voice)"
     );
     std::fs::create_dir_all(data.path().join("data")).unwrap();

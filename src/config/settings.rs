@@ -448,11 +448,21 @@ pub enum SpeechModel {
 }
 
 impl SpeechModel {
-    /// Its file in the model folder, as `scripts/models voice` installs it.
+    /// Its file in the model folder, as `scripts/models voice` installs it (tiny.en's weights
+    /// in 8 bits: 44 MB held instead of 78, and faster, with the same words).
     pub fn file_name(self) -> &'static str {
         match self {
-            SpeechModel::TinyEn => "ggml-tiny.en.bin",
+            SpeechModel::TinyEn => "ggml-tiny.en-q8_0.bin",
             SpeechModel::Base => "ggml-base.bin",
+        }
+    }
+
+    /// The file an earlier `scripts/models voice` installed instead, still used where it is the
+    /// only one there.
+    pub fn earlier_file_name(self) -> Option<&'static str> {
+        match self {
+            SpeechModel::TinyEn => Some("ggml-tiny.en.bin"),
+            SpeechModel::Base => None,
         }
     }
 }

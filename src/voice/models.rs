@@ -10,9 +10,14 @@ use super::wake::{OpenWakeWord, WakeDetector, WakeModels};
 use super::{Espeak, LazyWhisper, Piper, Synthesizer, Transcriber, VoiceError, Whisper};
 use crate::config::{TtsEngine, VoiceSettings};
 
-/// The speech model's file for a Settings choice.
+/// The speech model's file for a Settings choice: the one `scripts/models` installs now, or
+/// the one an earlier version installed where that is all the folder holds.
 pub fn speech_model_file(models: &Path, choice: crate::config::SpeechModel) -> PathBuf {
-    models.join(choice.file_name())
+    let file = models.join(choice.file_name());
+    match choice.earlier_file_name().map(|name| models.join(name)) {
+        Some(earlier) if !file.is_file() && earlier.is_file() => earlier,
+        _ => file,
+    }
 }
 
 /// Loads the speech model.
@@ -128,5 +133,31 @@ pub fn turn_judge(models: &Path) -> (TurnJudge, Option<VoiceError>) {
     match load_smart_turn(models) {
         Ok(model) => (TurnJudge::new(Some(Arc::new(model))), None),
         Err(err) => (TurnJudge::default(), Some(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SpeechModel;
+
+    #[test]
+    fn the_speech_model_an_earlier_install_left_is_used_until_the_new_one_is_there() {
+        let models = tempfile::tempdir().unwrap();
+        let new = models.path().join(SpeechModel::TinyEn.file_name());
+        let earlier = models.path().join("ggml-tiny.en.bin");
+        // Neither there: the new one is asked for (and its absence says how to install it).
+        assert_eq!(speech_model_file(models.path(), SpeechModel::TinyEn), new);
+        std::fs::write(&earlier, b"f16").unwrap();
+        assert_eq!(
+            speech_model_file(models.path(), SpeechModel::TinyEn),
+            earlier
+        );
+        std::fs::write(&new, b"q8_0").unwrap();
+        assert_eq!(speech_model_file(models.path(), SpeechModel::TinyEn), new);
+        assert_eq!(
+            speech_model_file(models.path(), SpeechModel::Base),
+            models.path().join("ggml-base.bin")
+        );
     }
 }

@@ -12,6 +12,97 @@ use crate::ct2::{Model, Variable};
 
 const MAGIC: i32 = 0x6767_6d6c;
 
+/// How the weight matrices are stored: whisper.cpp's file types, each with the tensor type of its
+/// weight matrices (ggml's numbering).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Half precision, as the CTranslate2 model ships: what the file always held.
+    F16,
+    /// 8 bits in blocks of 32 with one half-precision scale (`Q8_0`): 1.06 bytes a weight.
+    Q8_0,
+    /// 5 bits in blocks of 32 with a half-precision scale and minimum (`Q5_1`): 0.75 bytes.
+    Q5_1,
+}
+
+/// ggml counts quantization formats: a quantized file's type is `version × 1000 + type`.
+const QUANTIZATION_VERSION: i32 = 2;
+/// Values in one quantized block.
+const BLOCK: usize = 32;
+
+impl Weights {
+    /// From the converter's `--weights` flag.
+    pub fn parse(name: &str) -> Result<Weights> {
+        Ok(match name {
+            "f16" => Weights::F16,
+            "q8_0" => Weights::Q8_0,
+            "q5_1" => Weights::Q5_1,
+            other => bail!("unknown weight type {other} (f16, q8_0 or q5_1)"),
+        })
+    }
+
+    /// The file type written in the header (`ggml_ftype`, with the quantization version).
+    fn file_type(self) -> i32 {
+        match self {
+            Weights::F16 => 1,
+            Weights::Q8_0 => QUANTIZATION_VERSION * 1000 + 7,
+            Weights::Q5_1 => QUANTIZATION_VERSION * 1000 + 9,
+        }
+    }
+
+    /// The tensor type of a weight matrix (`ggml_type`).
+    fn tensor_type(self) -> i32 {
+        match self {
+            Weights::F16 => 1,
+            Weights::Q8_0 => 8,
+            Weights::Q5_1 => 7,
+        }
+    }
+
+    /// `values` (a whole number of rows of a multiple of 32) in this format, as ggml's reference
+    /// quantizers write them.
+    fn encode(self, values: &[f32], out: &mut impl Write) -> Result<()> {
+        match self {
+            Weights::F16 => {
+                for v in values {
+                    out.write_all(&half::f16::from_f32(*v).to_le_bytes())?;
+                }
+            }
+            Weights::Q8_0 => {
+                for block in values.chunks_exact(BLOCK) {
+                    let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let d = amax / 127.0;
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    out.write_all(&half::f16::from_f32(d).to_le_bytes())?;
+                    let qs: Vec<u8> = block.iter().map(|v| (v * id).round() as i8 as u8).collect();
+                    out.write_all(&qs)?;
+                }
+            }
+            Weights::Q5_1 => {
+                for block in values.chunks_exact(BLOCK) {
+                    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+                    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let d = (max - min) / 31.0;
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    out.write_all(&half::f16::from_f32(d).to_le_bytes())?;
+                    out.write_all(&half::f16::from_f32(min).to_le_bytes())?;
+                    let level = |v: f32| ((v - min) * id + 0.5) as u8;
+                    let mut high = 0u32;
+                    let mut qs = [0u8; BLOCK / 2];
+                    for j in 0..BLOCK / 2 {
+                        let (a, b) = (level(block[j]), level(block[j + BLOCK / 2]));
+                        qs[j] = (a & 0x0f) | ((b & 0x0f) << 4);
+                        high |= u32::from((a & 0x10) >> 4) << j;
+                        high |= u32::from((b & 0x10) >> 4) << (j + BLOCK / 2);
+                    }
+                    out.write_all(&high.to_le_bytes())?;
+                    out.write_all(&qs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A tensor to write: its whisper.cpp name, shape (PyTorch order) and values.
 struct Tensor {
     name: String,
@@ -219,7 +310,13 @@ fn i32s(out: &mut impl Write, values: &[usize]) -> Result<()> {
 }
 
 /// Converts and writes; returns a one-line summary.
-pub fn write_whisper(model: &Model, mel: &Path, vocab: &Path, out_path: &Path) -> Result<String> {
+pub fn write_whisper(
+    model: &Model,
+    mel: &Path,
+    vocab: &Path,
+    weights: Weights,
+    out_path: &Path,
+) -> Result<String> {
     ensure!(
         model.spec == "WhisperSpec",
         "the model is a {}, not Whisper",
@@ -302,9 +399,9 @@ pub fn write_whisper(model: &Model, mel: &Path, vocab: &Path, out_path: &Path) -
             n_text_head,
             n_text_layer,
             n_mels,
-            1,
         ],
     )?;
+    out.write_all(&weights.file_type().to_le_bytes())?;
     i32s(&mut out, &mel_shape)?;
     for v in &mel_values {
         out.write_all(&v.to_le_bytes())?;
@@ -319,26 +416,36 @@ pub fn write_whisper(model: &Model, mel: &Path, vocab: &Path, out_path: &Path) -
             || t.name.ends_with("conv1.bias")
             || t.name.ends_with("conv2.bias")
             || t.name.ends_with("positional_embedding");
-        i32s(
-            &mut out,
-            &[t.dims.len(), t.name.len(), usize::from(!keep_f32)],
-        )?;
+        // What whisper.cpp makes of the file's type: its weight matrices (every 2-D weight left,
+        // the token embedding among them) in that type, the convolutions (3-D) in half precision.
+        let matrix = !keep_f32 && t.dims.len() == 2;
+        let stored = if matrix { weights } else { Weights::F16 };
+        ensure!(
+            keep_f32 || stored == Weights::F16 || t.dims[1] % BLOCK == 0,
+            "{}: rows of {} cannot be quantized in blocks of {BLOCK}",
+            t.name,
+            t.dims[1]
+        );
+        let ttype = if keep_f32 { 0 } else { stored.tensor_type() };
+        out.write_all(&i32::try_from(t.dims.len())?.to_le_bytes())?;
+        out.write_all(&i32::try_from(t.name.len())?.to_le_bytes())?;
+        out.write_all(&ttype.to_le_bytes())?;
         let reversed: Vec<usize> = t.dims.iter().rev().copied().collect();
         i32s(&mut out, &reversed)?;
         out.write_all(t.name.as_bytes())?;
-        for v in &t.values {
-            if keep_f32 {
+        if keep_f32 {
+            for v in &t.values {
                 out.write_all(&v.to_le_bytes())?;
-            } else {
-                out.write_all(&half::f16::from_f32(*v).to_le_bytes())?;
             }
+        } else {
+            stored.encode(&t.values, &mut out)?;
         }
     }
     out.flush()?;
     drop(out);
     std::fs::rename(&partial, out_path)?;
     Ok(format!(
-        "wrote {}: {} tensors, vocabulary {n_vocab} ({} tokens), {n_audio_layer}+{n_text_layer} layers, state {n_audio_state}, {n_mels} mels",
+        "wrote {}: {} tensors, vocabulary {n_vocab} ({} tokens), {n_audio_layer}+{n_text_layer} layers, state {n_audio_state}, {n_mels} mels, weights {weights:?}",
         out_path.display(),
         tensors.len(),
         tokens.len()
@@ -426,4 +533,73 @@ fn block(
         out,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ggml's dequantizers, for the round trip.
+    fn decode(weights: Weights, bytes: &[u8]) -> Vec<f32> {
+        let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        match weights {
+            Weights::F16 => bytes.chunks_exact(2).map(f16).collect(),
+            Weights::Q8_0 => bytes
+                .chunks_exact(34)
+                .flat_map(|b| {
+                    let d = f16(b);
+                    b[2..].iter().map(move |q| f32::from(*q as i8) * d)
+                })
+                .collect(),
+            Weights::Q5_1 => bytes
+                .chunks_exact(24)
+                .flat_map(|b| {
+                    let (d, m) = (f16(b), f16(&b[2..]));
+                    let high = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                    let qs = &b[8..];
+                    let mut out = [0.0f32; BLOCK];
+                    for j in 0..BLOCK / 2 {
+                        let low = u32::from(qs[j] & 0x0f) | (((high >> j) & 1) << 4);
+                        let up = u32::from(qs[j] >> 4) | (((high >> (j + 16)) & 1) << 4);
+                        out[j] = low as f32 * d + m;
+                        out[j + BLOCK / 2] = up as f32 * d + m;
+                    }
+                    out
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn quantized_weights_come_back_within_half_a_step_in_ggmls_block_sizes() {
+        let values: Vec<f32> = (0..256)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0 * if i < 128 { 1.0 } else { 0.01 })
+            .collect();
+        for (weights, bytes_per_block, steps) in
+            [(Weights::Q8_0, 34, 127.0), (Weights::Q5_1, 24, 31.0)]
+        {
+            let mut bytes = Vec::new();
+            weights.encode(&values, &mut bytes).unwrap();
+            assert_eq!(
+                bytes.len(),
+                values.len() / BLOCK * bytes_per_block,
+                "{weights:?}"
+            );
+            let back = decode(weights, &bytes);
+            for (block, got) in values.chunks(BLOCK).zip(back.chunks(BLOCK)) {
+                let range = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
+                let step = range / steps;
+                for (v, g) in block.iter().zip(got) {
+                    assert!(
+                        (v - g).abs() <= step * 0.51 + 1e-6,
+                        "{weights:?}: {v} came back {g}"
+                    );
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        Weights::F16.encode(&values[..4], &mut bytes).unwrap();
+        assert_eq!(decode(Weights::F16, &bytes).len(), 4);
+        assert!(Weights::parse("q4_0").is_err());
+    }
 }

@@ -2,7 +2,9 @@
 //!
 //! `cargo run -p xtask -- whisper-ggml --ct2 model.bin --mel mel_80.npy --vocab gpt2.tiktoken --out ggml.bin`
 //! converts a CTranslate2 Whisper model (faster-whisper's format, which PyPI ships) into the ggml
-//! file whisper.cpp reads. `cargo run -p xtask -- ct2-list model.bin` lists a model's variables.
+//! file whisper.cpp reads; `--weights q8_0` (or `q5_1`) stores its weight matrices quantized as
+//! ggml's reference quantizers do (half precision, `f16`, where not given).
+//! `cargo run -p xtask -- ct2-list model.bin` lists a model's variables.
 
 mod ct2;
 mod ggml;
@@ -19,6 +21,7 @@ fn main() -> Result<()> {
             let mut mel = None;
             let mut vocab = None;
             let mut out = None;
+            let mut weights = None;
             while let Some(flag) = args.next() {
                 let value = args
                     .next()
@@ -28,15 +31,20 @@ fn main() -> Result<()> {
                     "--mel" => &mut mel,
                     "--vocab" => &mut vocab,
                     "--out" => &mut out,
+                    "--weights" => &mut weights,
                     other => bail!("unknown flag {other}"),
                 };
                 *slot = Some(PathBuf::from(value));
             }
             let (Some(ct2), Some(mel), Some(vocab), Some(out)) = (ct2, mel, vocab, out) else {
-                bail!("usage: xtask whisper-ggml --ct2 model.bin --mel mel_N.npy --vocab X.tiktoken --out FILE");
+                bail!("usage: xtask whisper-ggml --ct2 model.bin --mel mel_N.npy --vocab X.tiktoken --out FILE [--weights f16|q8_0|q5_1]");
             };
             let model = ct2::Model::read(&ct2)?;
-            let summary = ggml::write_whisper(&model, &mel, &vocab, &out)?;
+            let weights = match weights {
+                Some(name) => ggml::Weights::parse(&name.to_string_lossy())?,
+                None => ggml::Weights::F16,
+            };
+            let summary = ggml::write_whisper(&model, &mel, &vocab, weights, &out)?;
             println!("{summary}");
             Ok(())
         }

@@ -58,7 +58,9 @@ impl Data {
     pub fn with_voice(pulse: &jarvis::voice::pulse::Pulse) -> Data {
         let mut data = Data::with_models();
         assert!(
-            installed_models().join("ggml-tiny.en.bin").is_file(),
+            installed_models()
+                .join(jarvis::config::SpeechModel::TinyEn.file_name())
+                .is_file(),
             "the voice models are missing: run scripts/models voice"
         );
         let mut settings = std::fs::read_to_string(data.dir.path().join("settings.toml")).unwrap();
