@@ -252,6 +252,7 @@ impl VoiceLoop {
             watched: false,
             awake: false,
             last_activity: Instant::now(),
+            heap_trimmed: false,
             in_speech: false,
             said_before: None,
             heard_until,
@@ -364,6 +365,8 @@ fn listen(
     if !ahead {
         listener = listener.without_transcribing_ahead();
     }
+    // Loading left freed memory in the heap (a model file read and parsed, a first run).
+    super::trim_heap();
     tracing::debug!(?mode, "listening, its models loaded");
     let send = |result: Result<Vec<ListenEvent>, VoiceError>| match result {
         Ok(list) => list.into_iter().all(|e| events.send(e).is_ok()),
@@ -401,6 +404,9 @@ fn listen(
     }
 }
 
+/// How long the voice is quiet (nothing heard, said or waiting) before the heap is handed back.
+const TRIM_AFTER: Duration = Duration::from_secs(2);
+
 struct LoopState {
     listening: ListeningThreads,
     service: Service,
@@ -424,6 +430,8 @@ struct LoopState {
     watched: bool,
     awake: bool,
     last_activity: Instant,
+    /// Whether the heap was handed back since the voice last had something to do.
+    heap_trimmed: bool,
     in_speech: bool,
     /// The conversation's reply that had ended before this loop attached to it: its replayed
     /// events are not spoken.
@@ -860,6 +868,11 @@ impl LoopState {
             // The quiet spell counts from the end of what was said, not from the answer's last
             // text (said long after it, at real time).
             self.last_activity = Instant::now();
+            self.heap_trimmed = false;
+        } else if !self.heap_trimmed && self.last_activity.elapsed() >= TRIM_AFTER {
+            // What hearing and answering freed goes back to the system while nothing is said.
+            self.heap_trimmed = true;
+            tokio::task::spawn_blocking(super::trim_heap);
         }
         if self.shared.awake()
             && quiet

@@ -200,7 +200,8 @@ impl SmartTurn {
     /// Loads the model (ONNX Runtime must be loaded: [`crate::onnx::init`]) and tries it on
     /// silence, so a file of the wrong shape fails here, not at the first pause.
     pub fn load(path: &Path) -> Result<SmartTurn, VoiceError> {
-        let session = super::onnx_session(path, "end-of-turn model", 1)?;
+        // It runs once per pause, so its working memory goes back to the heap between runs.
+        let session = super::onnx_session_with(path, "end-of-turn model", 1, super::Arena::Heap)?;
         let model = SmartTurn {
             session: Mutex::new(session),
             features: Features::new(),
