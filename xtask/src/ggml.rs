@@ -61,6 +61,10 @@ impl Weights {
     /// `values` (a whole number of rows of a multiple of 32) in this format, as ggml's reference
     /// quantizers write them.
     fn encode(self, values: &[f32], out: &mut impl Write) -> Result<()> {
+        ensure!(
+            self == Weights::F16 || values.iter().all(|v| v.is_finite()),
+            "a weight that is not a finite number cannot be quantized"
+        );
         match self {
             Weights::F16 => {
                 for v in values {
@@ -575,9 +579,7 @@ mod tests {
         let values: Vec<f32> = (0..256)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0 * if i < 128 { 1.0 } else { 0.01 })
             .collect();
-        for (weights, bytes_per_block, steps) in
-            [(Weights::Q8_0, 34, 127.0), (Weights::Q5_1, 24, 31.0)]
-        {
+        for (weights, bytes_per_block) in [(Weights::Q8_0, 34), (Weights::Q5_1, 24)] {
             let mut bytes = Vec::new();
             weights.encode(&values, &mut bytes).unwrap();
             assert_eq!(
@@ -587,19 +589,58 @@ mod tests {
             );
             let back = decode(weights, &bytes);
             for (block, got) in values.chunks(BLOCK).zip(back.chunks(BLOCK)) {
-                let range = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
-                let step = range / steps;
+                let (min, max) = block
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+                let step = match weights {
+                    Weights::Q8_0 => max.abs().max(min.abs()) / 127.0,
+                    _ => (max - min) / 31.0,
+                };
                 for (v, g) in block.iter().zip(got) {
+                    // Half a step, and the scale's own rounding to half precision.
                     assert!(
-                        (v - g).abs() <= step * 0.51 + 1e-6,
+                        (v - g).abs() <= step * 0.52 + 1e-7,
                         "{weights:?}: {v} came back {g}"
                     );
                 }
             }
         }
-        let mut bytes = Vec::new();
-        Weights::F16.encode(&values[..4], &mut bytes).unwrap();
-        assert_eq!(decode(Weights::F16, &bytes).len(), 4);
         assert!(Weights::parse("q4_0").is_err());
+        let mut bytes = Vec::new();
+        assert!(Weights::Q8_0
+            .encode(&[f32::NAN; BLOCK], &mut bytes)
+            .is_err());
+    }
+
+    #[test]
+    fn blocks_are_laid_out_byte_for_byte_as_ggml_writes_them() {
+        let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
+        // Nothing but zeros: a zero scale and zero quanta.
+        let mut bytes = Vec::new();
+        Weights::Q8_0.encode(&[0.0; BLOCK], &mut bytes).unwrap();
+        assert_eq!(bytes, vec![0u8; 34]);
+        // Scale 127 / 127 = 1; halves round away from zero, as C's roundf does.
+        let mut block = [0.0f32; BLOCK];
+        block[..4].copy_from_slice(&[127.0, -63.5, 2.4, -2.6]);
+        let mut bytes = Vec::new();
+        Weights::Q8_0.encode(&block, &mut bytes).unwrap();
+        let mut expected = half(1.0).to_vec();
+        expected.extend([127u8, (-64i8) as u8, 2, (-3i8) as u8]);
+        expected.resize(34, 0);
+        assert_eq!(bytes, expected);
+        // Q5_1: scale, minimum, the fifth bits (value j at bit j, value j + 16 at bit j + 16),
+        // then value j in the low nibble of byte j and value j + 16 in its high nibble.
+        let mut block = [0.0f32; BLOCK];
+        block[16] = 31.0; // level 31: nibble 15, fifth bit 16
+        block[1] = 17.0; // level 17: nibble 1, fifth bit 1
+        block[17] = 2.4; // level 2 (rounded as ggml does: + 0.5, truncated)
+        let mut bytes = Vec::new();
+        Weights::Q5_1.encode(&block, &mut bytes).unwrap();
+        let mut expected = half(1.0).to_vec();
+        expected.extend(half(0.0));
+        expected.extend(((1u32 << 16) | (1 << 1)).to_le_bytes());
+        expected.extend([0xf0u8, 0x21]);
+        expected.resize(24, 0);
+        assert_eq!(bytes, expected);
     }
 }
