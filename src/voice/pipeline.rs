@@ -252,7 +252,7 @@ impl VoiceLoop {
             watched: false,
             awake: false,
             last_activity: Instant::now(),
-            heap_trimmed: false,
+            trimmed_after: None,
             in_speech: false,
             said_before: None,
             heard_until,
@@ -430,8 +430,9 @@ struct LoopState {
     watched: bool,
     awake: bool,
     last_activity: Instant,
-    /// Whether the heap was handed back since the voice last had something to do.
-    heap_trimmed: bool,
+    /// The last activity the heap was handed back after (activity comes between ticks too, so
+    /// each new one is told by its time).
+    trimmed_after: Option<Instant>,
     in_speech: bool,
     /// The conversation's reply that had ended before this loop attached to it: its replayed
     /// events are not spoken.
@@ -868,10 +869,11 @@ impl LoopState {
             // The quiet spell counts from the end of what was said, not from the answer's last
             // text (said long after it, at real time).
             self.last_activity = Instant::now();
-            self.heap_trimmed = false;
-        } else if !self.heap_trimmed && self.last_activity.elapsed() >= TRIM_AFTER {
+        } else if self.trimmed_after != Some(self.last_activity)
+            && self.last_activity.elapsed() >= TRIM_AFTER
+        {
             // What hearing and answering freed goes back to the system while nothing is said.
-            self.heap_trimmed = true;
+            self.trimmed_after = Some(self.last_activity);
             tokio::task::spawn_blocking(super::trim_heap);
         }
         if self.shared.awake()
