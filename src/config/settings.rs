@@ -449,7 +449,8 @@ pub enum SpeechModel {
 
 impl SpeechModel {
     /// Its file in the model folder, as `scripts/models voice` installs it (tiny.en's weights
-    /// in 8 bits: 44 MB held instead of 78, and faster, with the same words).
+    /// in 8 bits: 44 MB held instead of 78, faster on the median, the benchmarks' verdicts
+    /// unchanged).
     pub fn file_name(self) -> &'static str {
         match self {
             SpeechModel::TinyEn => "ggml-tiny.en-q8_0.bin",
