@@ -174,3 +174,33 @@ fn the_steady_voice_says_a_text_the_same_way_every_time_and_the_natural_one_vari
         "Piper's voice varies as it was trained to"
     );
 }
+
+/// What the process holds (PSS, KiB).
+fn held_kib() -> u64 {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect("a Pss line")
+}
+
+#[test]
+fn once_the_voice_is_quiet_piper_lets_go_of_its_sentences_memory_and_still_speaks_the_same() {
+    let piper = jarvis::voice::models::load_piper(&model_dir(), 175)
+        .unwrap()
+        .steady();
+    let text = "The weather tomorrow will be sunny with a light breeze from the west, and warm.";
+    let before = piper.synthesize(text).unwrap().samples;
+    let speaking = held_kib();
+    piper.release();
+    jarvis::voice::trim_heap();
+    let quiet = held_kib();
+    // The arena held the sentence's tensors (~88 MB for this one); what is left is the voice.
+    assert!(
+        quiet + 40 * 1024 < speaking,
+        "held {speaking} KiB while speaking, {quiet} KiB once released"
+    );
+    assert_eq!(piper.synthesize(text).unwrap().samples, before);
+}

@@ -872,9 +872,14 @@ impl LoopState {
         } else if self.trimmed_after != Some(self.last_activity)
             && self.last_activity.elapsed() >= TRIM_AFTER
         {
-            // What hearing and answering freed goes back to the system while nothing is said.
+            // What hearing and answering freed goes back to the system while nothing is said,
+            // and the voice lets go of what it keeps between sentences.
             self.trimmed_after = Some(self.last_activity);
-            tokio::task::spawn_blocking(super::trim_heap);
+            let synthesizer = self.parts.synthesizer.clone();
+            tokio::task::spawn_blocking(move || {
+                synthesizer.release();
+                super::trim_heap();
+            });
         }
         if self.shared.awake()
             && quiet

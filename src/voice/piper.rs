@@ -292,6 +292,36 @@ fn threads() -> usize {
 }
 
 impl Synthesizer for Piper {
+    /// ONNX Runtime's arena keeps the largest sentence's tensors (~68 MB) for the next one; a
+    /// run of one sound that shrinks the arena when it ends hands them back. The next answer's
+    /// first sentence makes them again.
+    fn release(&self) {
+        let ids = self.ids("a");
+        let length = ids.len();
+        let Ok(input) = ndarray::Array2::from_shape_vec((1, length), ids) else {
+            return;
+        };
+        let lengths = ndarray::Array1::from_vec(vec![length as i64]);
+        let scales = ndarray::Array1::from_vec(self.scales.to_vec());
+        let released = (|| -> Result<(), ort::Error> {
+            let mut options = ort::session::RunOptions::new()?;
+            options.set("memory.enable_memory_arena_shrinkage", "cpu:0")?;
+            let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            session.run_with_options(
+                ort::inputs![
+                    "input" => TensorRef::from_array_view(&input)?,
+                    "input_lengths" => TensorRef::from_array_view(&lengths)?,
+                    "scales" => TensorRef::from_array_view(&scales)?,
+                ],
+                &options,
+            )?;
+            Ok(())
+        })();
+        if let Err(err) = released {
+            tracing::debug!(%err, "Piper's working memory was not released");
+        }
+    }
+
     fn synthesize(&self, text: &str) -> Result<Clip, VoiceError> {
         let phonemes = self.phonemes(text)?;
         let ids = self.ids(&phonemes);

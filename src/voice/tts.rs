@@ -10,6 +10,10 @@ use super::{Clip, VoiceError};
 pub trait Synthesizer: Send + Sync {
     /// Speaks `text` into a clip (blocking: call it off the async threads).
     fn synthesize(&self, text: &str) -> Result<Clip, VoiceError>;
+
+    /// Lets go of the working memory kept from one sentence to the next; called once the voice
+    /// has fallen quiet (blocking, like [`Synthesizer::synthesize`]).
+    fn release(&self) {}
 }
 
 /// espeak-ng, through its command-line program; the audio comes back on a pipe, never a file.
