@@ -815,6 +815,31 @@ async fn doctor_runs_integrity_check_and_names_a_damaged_database() {
     assert!(report.contains("damaged"), "{report}");
 }
 
+/// A model folder an earlier version filled holds Whisper tiny.en in half precision only: it is
+/// still used, and `jarvis doctor` says a lighter file can be installed.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_says_when_the_speech_model_is_the_earlier_half_precision_file() {
+    let dir = Dir::new();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::write(dir.path().join("models/ggml-tiny.en.bin"), b"ggml").unwrap();
+    let (_, report, _) = output(jarvis(&dir).arg("doctor")).await;
+    let line = report
+        .lines()
+        .find(|l| l.contains("speech model"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains("ggml-tiny.en.bin (installed, the earlier half-precision file")
+            && line.contains("scripts/models voice installs the 8-bit one"),
+        "{line}"
+    );
+    std::fs::write(dir.path().join("models/ggml-tiny.en-q8_0.bin"), b"ggml").unwrap();
+    let (_, report, _) = output(jarvis(&dir).arg("doctor")).await;
+    assert!(
+        report.contains("ggml-tiny.en-q8_0.bin (installed)"),
+        "{report}"
+    );
+}
+
 /// Issue 30 item 7: an answer carrying terminal escape sequences (an OSC 52 clipboard write, a
 /// window-title change, colours) that a page the model read put there: `jarvis ask` and
 /// `jarvis show` print its words and not one escape byte.
