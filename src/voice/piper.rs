@@ -291,33 +291,47 @@ fn threads() -> usize {
         .unwrap_or(1)
 }
 
+impl Piper {
+    /// One run of the voice over phoneme `ids`: its samples as the model makes them. With
+    /// `shrink`, ONNX Runtime's arena gives back what it holds beyond this run when it ends.
+    fn speak(&self, ids: Vec<i64>, shrink: bool) -> Result<Vec<f32>, VoiceError> {
+        let failed = |e: ort::Error| VoiceError::Synthesize(format!("Piper: {e}"));
+        let length = ids.len();
+        let input = ndarray::Array2::from_shape_vec((1, length), ids)
+            .map_err(|e| VoiceError::Synthesize(e.to_string()))?;
+        let lengths = ndarray::Array1::from_vec(vec![length as i64]);
+        let scales = ndarray::Array1::from_vec(self.scales.to_vec());
+        let inputs = ort::inputs![
+            "input" => TensorRef::from_array_view(&input).map_err(failed)?,
+            "input_lengths" => TensorRef::from_array_view(&lengths).map_err(failed)?,
+            "scales" => TensorRef::from_array_view(&scales).map_err(failed)?,
+        ];
+        let shrinking = if shrink {
+            let mut options = ort::session::RunOptions::new().map_err(failed)?;
+            options
+                .set("memory.enable_memory_arena_shrinkage", "cpu:0")
+                .map_err(failed)?;
+            Some(options)
+        } else {
+            None
+        };
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = match &shrinking {
+            Some(options) => session.run_with_options(inputs, options),
+            None => session.run(inputs),
+        }
+        .map_err(failed)?;
+        let (_, audio) = outputs[0].try_extract_tensor::<f32>().map_err(failed)?;
+        Ok(audio.to_vec())
+    }
+}
+
 impl Synthesizer for Piper {
     /// ONNX Runtime's arena keeps the largest sentence's tensors (~68 MB) for the next one; a
     /// run of one sound that shrinks the arena when it ends hands them back. The next answer's
     /// first sentence makes them again.
     fn release(&self) {
-        let ids = self.ids("a");
-        let length = ids.len();
-        let Ok(input) = ndarray::Array2::from_shape_vec((1, length), ids) else {
-            return;
-        };
-        let lengths = ndarray::Array1::from_vec(vec![length as i64]);
-        let scales = ndarray::Array1::from_vec(self.scales.to_vec());
-        let released = (|| -> Result<(), ort::Error> {
-            let mut options = ort::session::RunOptions::new()?;
-            options.set("memory.enable_memory_arena_shrinkage", "cpu:0")?;
-            let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-            session.run_with_options(
-                ort::inputs![
-                    "input" => TensorRef::from_array_view(&input)?,
-                    "input_lengths" => TensorRef::from_array_view(&lengths)?,
-                    "scales" => TensorRef::from_array_view(&scales)?,
-                ],
-                &options,
-            )?;
-            Ok(())
-        })();
-        if let Err(err) = released {
+        if let Err(err) = self.speak(self.ids("a"), true) {
             tracing::debug!(%err, "Piper's working memory was not released");
         }
     }
@@ -331,26 +345,14 @@ impl Synthesizer for Piper {
                 rate: self.rate,
             });
         }
-        let failed = |e: ort::Error| VoiceError::Synthesize(format!("Piper: {e}"));
-        let length = ids.len();
-        let input = ndarray::Array2::from_shape_vec((1, length), ids)
-            .map_err(|e| VoiceError::Synthesize(e.to_string()))?;
-        let lengths = ndarray::Array1::from_vec(vec![length as i64]);
-        let scales = ndarray::Array1::from_vec(self.scales.to_vec());
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let outputs = session
-            .run(ort::inputs![
-                "input" => TensorRef::from_array_view(&input).map_err(failed)?,
-                "input_lengths" => TensorRef::from_array_view(&lengths).map_err(failed)?,
-                "scales" => TensorRef::from_array_view(&scales).map_err(failed)?,
-            ])
-            .map_err(failed)?;
-        let (_, audio) = outputs[0].try_extract_tensor::<f32>().map_err(failed)?;
+        let mut samples = self.speak(ids, false)?;
         // VITS's output can overshoot [-1, 1] a little; Piper scales a peak above 1 down.
-        let peak = audio.iter().fold(0.0_f32, |m, s| m.max(s.abs()));
-        let gain = if peak > 1.0 { 1.0 / peak } else { 1.0 };
+        let peak = samples.iter().fold(0.0_f32, |m, s| m.max(s.abs()));
+        if peak > 1.0 {
+            samples.iter_mut().for_each(|s| *s /= peak);
+        }
         Ok(Clip {
-            samples: audio.iter().map(|s| s * gain).collect(),
+            samples,
             rate: self.rate,
         })
     }
