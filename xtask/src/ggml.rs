@@ -431,8 +431,7 @@ pub fn write_whisper(
             t.dims[1]
         );
         let ttype = if keep_f32 { 0 } else { stored.tensor_type() };
-        out.write_all(&i32::try_from(t.dims.len())?.to_le_bytes())?;
-        out.write_all(&i32::try_from(t.name.len())?.to_le_bytes())?;
+        i32s(&mut out, &[t.dims.len(), t.name.len()])?;
         out.write_all(&ttype.to_le_bytes())?;
         let reversed: Vec<usize> = t.dims.iter().rev().copied().collect();
         i32s(&mut out, &reversed)?;
