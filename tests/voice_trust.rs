@@ -501,3 +501,41 @@ fn words_transcribed_ahead_of_a_pause_the_person_talked_through_are_not_used() {
         )]
     );
 }
+
+/// What the process holds (PSS, KiB).
+fn held_kib() -> u64 {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect("a Pss line")
+}
+
+#[test]
+fn once_the_voice_is_quiet_whisper_lets_go_of_its_working_state_and_hears_the_next_question_alike()
+{
+    // A whisper of this test's own (the one the other tests share is never released), and the
+    // end-of-turn model loaded before anything is measured.
+    let whisper: Arc<dyn Transcriber> = Arc::new(
+        models::load_whisper(&model_dir(), jarvis::config::SpeechModel::TinyEn, 1)
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let question = fixtures::said("What time is it in Tokyo?", 0).unwrap();
+    let before = judged(&whisper, &question);
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0].0, Heard::Question, "{before:?}");
+    jarvis::voice::trim_heap();
+    let hearing = held_kib();
+    whisper.release();
+    jarvis::voice::trim_heap();
+    let quiet = held_kib();
+    // Whisper's state (its caches and compute buffers) is what it lets go of; the model stays.
+    assert!(
+        quiet + 10 * 1024 < hearing,
+        "held {hearing} KiB after hearing a question, {quiet} KiB once released"
+    );
+    // The listener makes the state again as the next question begins.
+    assert_eq!(judged(&whisper, &question), before);
+}

@@ -280,6 +280,7 @@ impl Listener {
                     tracing::debug!(score, "wake word heard");
                     wake.reset();
                     self.shared.set_awake(true);
+                    self.prepare_transcriber();
                     // The phrase is in the open utterance only if that began well before the
                     // detector fired: one begun just now (after a short pause that ended the
                     // utterance "Hey Jarvis" was) is what the person says next, whole.
@@ -371,6 +372,9 @@ impl Listener {
                 self.asked = None;
                 self.ahead = None;
                 self.shared.set_hearing(true);
+                if self.mode != ListenMode::Wake || self.shared.awake() {
+                    self.prepare_transcriber();
+                }
                 vec![ListenEvent::SpeechStarted]
             }
             Segment::Paused { voiced_frames } => {
@@ -456,6 +460,23 @@ impl Listener {
 }
 
 impl Listener {
+    /// An utterance whose words will be wanted has begun, or the wake word opened a
+    /// conversation: speech-to-text makes again the working state it let go of while the voice
+    /// was quiet (whisper: a few milliseconds), on a thread of its own while the person speaks.
+    fn prepare_transcriber(&self) {
+        let transcriber = self.transcriber.clone();
+        let spawned = std::thread::Builder::new()
+            .name("jarvis-words-ready".into())
+            .spawn(move || {
+                if let Err(err) = transcriber.prepare() {
+                    tracing::debug!(%err, "speech-to-text could not get ready ahead");
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::debug!(%err, "no thread to ready speech-to-text; its first words will");
+        }
+    }
+
     /// Whether the person who paused in the open utterance has finished: what was said so far is
     /// transcribed (kept: if the utterance ends with no more voice, that is its transcript) and
     /// judged. Speech while the wake word is awaited ends at the pause as it always did (noise

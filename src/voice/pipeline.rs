@@ -873,11 +873,14 @@ impl LoopState {
             && self.last_activity.elapsed() >= TRIM_AFTER
         {
             // What hearing and answering freed goes back to the system while nothing is said,
-            // and the voice lets go of what it keeps between sentences.
+            // the voice lets go of what it keeps between sentences, and speech-to-text of its
+            // working state (made again as the next utterance begins).
             self.trimmed_after = Some(self.last_activity);
             let synthesizer = self.parts.synthesizer.clone();
+            let transcriber = self.parts.transcriber.clone();
             tokio::task::spawn_blocking(move || {
                 synthesizer.release();
+                transcriber.release();
                 super::trim_heap();
             });
         }

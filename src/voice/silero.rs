@@ -149,6 +149,10 @@ impl Transcriber for SpeechGate {
     fn prepare(&self) -> Result<(), VoiceError> {
         self.inner.prepare()
     }
+
+    fn release(&self) {
+        self.inner.release()
+    }
 }
 
 #[cfg(test)]

@@ -24,10 +24,17 @@ pub trait Transcriber: Send + Sync {
     /// Transcribes one utterance (blocking: call it off the async threads).
     fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError>;
 
-    /// Gets ready (loads a model) before the first utterance; called when the microphone opens.
+    /// Gets ready (loads a model) before the first utterance; called when the microphone opens,
+    /// and again as an utterance whose words will be wanted begins, to make again what
+    /// [`Transcriber::release`] let go of.
     fn prepare(&self) -> Result<(), VoiceError> {
         Ok(())
     }
+
+    /// Lets go of the working memory kept between utterances (whisper's state: its caches and
+    /// compute buffers), called once the voice has been quiet a while; the next
+    /// [`Transcriber::prepare`] or transcription makes it again.
+    fn release(&self) {}
 }
 
 /// Whisper loaded when first needed — the first time the microphone opens — so an app that never
@@ -68,13 +75,21 @@ impl Transcriber for LazyWhisper {
     }
 
     fn prepare(&self) -> Result<(), VoiceError> {
-        self.get().map(|_| ())
+        self.get()?.prepare()
+    }
+
+    fn release(&self) {
+        if let Some(Ok(whisper)) = self.loaded.get() {
+            whisper.release();
+        }
     }
 }
 
-/// whisper.cpp with a ggml model (its state holds the model loaded).
+/// whisper.cpp with a ggml model: the model, and the state one transcription works in (made
+/// when the model loads, let go of while the voice is quiet, made again when wanted).
 pub struct Whisper {
-    state: Mutex<WhisperState>,
+    context: WhisperContext,
+    state: Mutex<Option<WhisperState>>,
     threads: i32,
     english_only: bool,
     /// Whether an unsure decoding is tried again warmer (off only for the benchmark's baseline).
@@ -190,7 +205,8 @@ impl Whisper {
         let state = context.create_state().map_err(|e| broken(e.to_string()))?;
         let english_only = !context.is_multilingual();
         Ok(Whisper {
-            state: Mutex::new(state),
+            context,
+            state: Mutex::new(Some(state)),
             threads: threads.clamp(1, 16) as i32,
             english_only,
             safeguards: true,
@@ -217,6 +233,23 @@ impl Transcriber for Whisper {
     fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError> {
         transcribe_with_ctx(self, samples, 0)
     }
+
+    fn prepare(&self) -> Result<(), VoiceError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.state_in(&mut state).map(|_| ())
+    }
+
+    fn release(&self) {
+        let released = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some();
+        if released {
+            tracing::debug!("whisper let go of its state");
+        }
+    }
 }
 
 /// Transcribes with a given audio context (0: sized to the clip) — the benchmark's baseline runs
@@ -238,19 +271,37 @@ impl Whisper {
             audio.resize(min, 0.0);
         }
         let cap = max_tokens_for(audio.len());
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.state_in(&mut guard)?;
         let (mut text, mut no_speech, mut tokens) =
-            self.decode(&mut state, &audio, audio_ctx, self.token_cap.then_some(cap))?;
+            self.decode(state, &audio, audio_ctx, self.token_cap.then_some(cap))?;
         if self.token_cap && tokens >= cap {
             // The decoding chosen ran to the cap: a loop too varied for the repetition check,
             // which whisper, left to its own limit, fails and tries again warmer. So it is here.
-            (text, no_speech, tokens) = self.decode(&mut state, &audio, audio_ctx, None)?;
+            (text, no_speech, tokens) = self.decode(state, &audio, audio_ctx, None)?;
         }
         tracing::trace!(tokens, "transcribed");
         Ok(Transcript {
             text: collapse_repeats(text.trim()),
             no_speech,
         })
+    }
+
+    /// The state in `slot`, made again if it was released.
+    fn state_in<'a>(
+        &self,
+        slot: &'a mut Option<WhisperState>,
+    ) -> Result<&'a mut WhisperState, VoiceError> {
+        if slot.is_none() {
+            let started = std::time::Instant::now();
+            let state = self
+                .context
+                .create_state()
+                .map_err(|e| VoiceError::Transcribe(format!("whisper's state: {e}")))?;
+            tracing::debug!(took = ?started.elapsed(), "whisper made its state again");
+            *slot = Some(state);
+        }
+        Ok(slot.as_mut().expect("made above"))
     }
 
     /// One run of whisper over `audio` (its decodings capped at `cap` tokens, where given): the
