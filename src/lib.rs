@@ -23,6 +23,7 @@
 //!   model server, retries and timeouts (`guarded`).
 //! - [`store`] — SQLite, one file per table (chats, records, replies and leases, facts,
 //!   confirmations, summaries, compaction, search); migrations in `migrations/`.
+//! - [`models`] — the local models: the catalog, the downloader, the installed set.
 //! - [`config`] — the settings file, the environment, the keyring, and writing the file.
 //! - [`envelope`] — what the app wraps around words (the state block, day lines) and how to
 //!   take it off again; [`onnx`] — the ONNX Runtime the wake word and embeddings load.
@@ -34,6 +35,7 @@ pub mod config;
 pub mod envelope;
 pub mod llm;
 pub mod memory;
+pub mod models;
 pub mod onnx;
 pub mod prompt;
 pub mod service;

@@ -127,6 +127,36 @@ enum Command {
         #[command(subcommand)]
         action: KeyAction,
     },
+    /// Local models: the catalog and what is installed (`list`), downloads (`pull`), `rm`, `use`.
+    Models {
+        #[command(subcommand)]
+        action: Option<ModelAction>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelAction {
+    /// One line per model: NAME<TAB>SIZE<TAB>STATE<TAB>WHAT (the default).
+    List,
+    /// Download a catalog model by name, or a GGUF file by URL: resumed where a stopped pull
+    /// left off, checked (size, GGUF header, sha256), then put in the model folder.
+    Pull {
+        /// A catalog name (`jarvis models list`) or an http(s) URL.
+        what: String,
+        /// The sha256 a URL's file must have.
+        #[arg(long)]
+        sha256: Option<String>,
+    },
+    /// Remove a model file (not the one in use).
+    Rm {
+        /// A catalog name or a file name in the model folder.
+        name: String,
+    },
+    /// Answer with this installed model (the local backend).
+    Use {
+        /// A catalog name or a file name in the model folder.
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -460,7 +490,101 @@ async fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Facts { action } => facts(&config, action.unwrap_or(FactAction::List)),
+        Command::Models { action } => models(&config, action.unwrap_or(ModelAction::List)).await,
     }
+}
+
+/// `jarvis models`: the catalog, downloads, and which model answers.
+async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
+    use jarvis::models::{self, Catalog, ModelsError, Progress};
+    let catalog = Catalog::builtin();
+    let dir = config.model_dir();
+    match action {
+        ModelAction::List => {
+            let memory = models::machine_memory_gb();
+            for line in models::listing(&catalog, &dir, &config.local_model_path(), memory)? {
+                say!("{line}");
+            }
+        }
+        ModelAction::Pull { what, sha256 } => {
+            let source = models::source_for(&catalog, &what, sha256)?;
+            if dir.join(&source.file).is_file() {
+                eprintln!("{} is installed already", source.file);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let bar =
+                indicatif::ProgressBar::new(0).with_style(indicatif::ProgressStyle::with_template(
+                    "{bytes}/{total_bytes} {wide_bar} {bytes_per_sec}, {eta} left",
+                )?);
+            let cancel = tokio_util::sync::CancellationToken::new();
+            let on_ctrl_c = cancel.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    on_ctrl_c.cancel();
+                }
+            });
+            eprintln!("downloading {} from {}", source.file, source.url);
+            let mut shown = |progress: Progress| match progress {
+                Progress::Downloading { done, total, .. } => {
+                    bar.set_length(total.unwrap_or(done));
+                    bar.set_position(done);
+                }
+                Progress::Checking => bar.set_message("checking"),
+            };
+            let pulled = models::pull(
+                &source,
+                &dir,
+                &models::PullOptions::default(),
+                &mut shown,
+                &cancel,
+            )
+            .await;
+            bar.finish_and_clear();
+            match pulled {
+                Ok(path) => {
+                    say!("installed {}", path.display());
+                    eprintln!("`jarvis models use {what}` makes it the model Jarvis answers with");
+                }
+                Err(err @ ModelsError::Cancelled { .. }) => {
+                    eprintln!("jarvis: {err}");
+                    return Ok(ExitCode::from(EXIT_STOPPED));
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        ModelAction::Rm { name } => {
+            let file = models::file_for(&catalog, &name)?;
+            if config.local_model_path() == dir.join(&file) {
+                bail!("{file} is the model Jarvis answers with; `jarvis models use` another first");
+            }
+            if models::remove(&dir, &file)? {
+                say!("removed {file}");
+            } else {
+                bail!("{file} is not installed");
+            }
+        }
+        ModelAction::Use { name } => {
+            let file = models::file_for(&catalog, &name)?;
+            if !dir.join(&file).is_file() {
+                bail!("{file} is not installed; `jarvis models pull {name}` downloads it");
+            }
+            config::write_settings(
+                &config.path,
+                &[
+                    (
+                        &["backend"],
+                        Some(config::SettingValue::Text("local".into())),
+                    ),
+                    (
+                        &["local", "model"],
+                        Some(config::SettingValue::Text(file.clone())),
+                    ),
+                ],
+            )?;
+            say!("Jarvis answers with {file} (the local backend)");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `jarvis facts`: the facts Jarvis remembers and the summaries it may recall.

@@ -1,0 +1,443 @@
+//! The model manager: the downloader against a loopback HTTP server of the test's own serving a
+//! GGUF-headed file — resumed after a cut connection, started over where the server ignores the
+//! range, stopped and resumed, given up on a stall, refused when it is not the model expected —
+//! and `jarvis models` over it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use jarvis::models::{self, ModelsError, Progress, PullOptions, Source};
+use sha2::Digest;
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+/// How the server sends the file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Whole, honouring a range.
+    Whole,
+    /// Closes the connection once the file's first N bytes are sent.
+    CutAt(u64),
+    /// Sends nothing more after the file's first N bytes, and never closes.
+    HoldAt(u64),
+    /// Always the whole file with 200, whatever range was asked.
+    IgnoringRanges,
+}
+
+#[derive(Clone)]
+struct Server {
+    body: Bytes,
+    mode: Arc<Mutex<Mode>>,
+    /// The Range header of each request.
+    ranges: Arc<Mutex<Vec<Option<String>>>>,
+    /// Bytes of the file handed to the connection, per request.
+    sent: Arc<Mutex<Vec<u64>>>,
+    url: String,
+}
+
+impl Server {
+    async fn start(body: Vec<u8>, name: &str) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/models/{name}", listener.local_addr().unwrap());
+        let server = Server {
+            body: Bytes::from(body),
+            mode: Arc::new(Mutex::new(Mode::Whole)),
+            ranges: Arc::default(),
+            sent: Arc::default(),
+            url,
+        };
+        let app = axum::Router::new()
+            .route("/models/{name}", axum::routing::get(serve))
+            .with_state(server.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        server
+    }
+
+    fn mode(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn ranges(&self) -> Vec<Option<String>> {
+        self.ranges.lock().unwrap().clone()
+    }
+
+    /// Bytes handed out over all requests.
+    fn sent(&self) -> u64 {
+        self.sent.lock().unwrap().iter().sum()
+    }
+
+    /// Bytes handed out per request.
+    fn sent_per_request(&self) -> Vec<u64> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    fn sha256(&self) -> String {
+        hex(&sha2::Sha256::digest(&self.body))
+    }
+
+    fn source(&self, file: &str) -> Source {
+        Source {
+            url: self.url.clone(),
+            file: file.to_string(),
+            size: Some(self.body.len() as u64),
+            sha256: Some(self.sha256()),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn serve(State(server): State<Server>, headers: HeaderMap) -> Response {
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    server.ranges.lock().unwrap().push(range.clone());
+    let request = {
+        let mut sent = server.sent.lock().unwrap();
+        sent.push(0);
+        sent.len() - 1
+    };
+    let mode = *server.mode.lock().unwrap();
+    let len = server.body.len() as u64;
+    let from = range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|_| mode != Mode::IgnoringRanges);
+    let start = from.unwrap_or(0);
+    let rest = server.body.slice(start as usize..);
+    let mut response = Response::builder().header(header::CONTENT_LENGTH, rest.len());
+    if let Some(from) = from {
+        response = response.status(StatusCode::PARTIAL_CONTENT).header(
+            header::CONTENT_RANGE,
+            format!("bytes {from}-{}/{len}", len - 1),
+        );
+    }
+    let stop = match mode {
+        Mode::CutAt(n) | Mode::HoldAt(n) => Some(n.saturating_sub(start) as usize),
+        _ => None,
+    };
+    let sent = server.sent.clone();
+    let body = async_stream::stream! {
+        let mut at = 0;
+        while at < rest.len() {
+            let end = (at + 64 * 1024).min(rest.len()).min(stop.unwrap_or(usize::MAX));
+            if end <= at {
+                break;
+            }
+            sent.lock().unwrap()[request] += (end - at) as u64;
+            yield Ok::<Bytes, std::io::Error>(rest.slice(at..end));
+            at = end;
+        }
+        match mode {
+            Mode::CutAt(_) if at < rest.len() => {
+                yield Err(std::io::Error::other("cut"));
+            }
+            Mode::HoldAt(_) if at < rest.len() => {
+                std::future::pending::<()>().await;
+            }
+            _ => {}
+        }
+    };
+    response.body(Body::from_stream(body)).unwrap()
+}
+
+/// A file as a GGUF model starts (magic, version 3), then 3 MiB of noise.
+fn gguf_file(seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut body = b"GGUF\x03\0\0\0".to_vec();
+    body.extend((0..3 << 20).map(|_| rng.u8(..)));
+    body
+}
+
+async fn pull_into(
+    dir: &std::path::Path,
+    source: &Source,
+    options: &PullOptions,
+    cancel: &CancellationToken,
+) -> (Result<std::path::PathBuf, ModelsError>, Vec<Progress>) {
+    let mut seen = Vec::new();
+    let result = models::pull(source, dir, options, &mut |p| seen.push(p), cancel).await;
+    (result, seen)
+}
+
+const FILE: &str = "model-q4.gguf";
+
+#[tokio::test]
+async fn a_pull_cut_off_at_forty_percent_goes_on_from_where_it_stopped_and_the_file_is_whole() {
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(1), FILE).await;
+    let len = server.body.len() as u64;
+    let cut = len * 2 / 5;
+    server.mode(Mode::CutAt(cut));
+    let source = server.source(FILE);
+    let options = PullOptions::default();
+    let (first, _) = pull_into(dir.path(), &source, &options, &CancellationToken::new()).await;
+    let err = first.expect_err("the connection was cut");
+    assert!(matches!(err, ModelsError::Http { .. }), "{err}");
+    assert!(!dir.path().join(FILE).exists(), "nothing in place yet");
+    // What came is kept: the server handed `cut` bytes to a connection it then dropped, and the
+    // last of them may not have reached the client.
+    let kept = models::partial(dir.path(), FILE).expect("the part kept");
+    assert!(kept > 0 && kept <= cut, "kept {kept} of {cut}");
+
+    server.mode(Mode::Whole);
+    let (second, seen) = pull_into(dir.path(), &source, &options, &CancellationToken::new()).await;
+    let path = second.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(server.ranges(), [None, Some(format!("bytes={kept}-"))]);
+    assert_eq!(
+        server.sent_per_request()[1],
+        len - kept,
+        "the second pull asked only for what was missing"
+    );
+    assert_eq!(
+        seen.first(),
+        Some(&Progress::Downloading {
+            done: kept,
+            total: Some(len),
+            resumed: kept
+        })
+    );
+    assert_eq!(seen.last(), Some(&Progress::Checking));
+    assert_eq!(models::partial(dir.path(), FILE), None);
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_the_range_is_downloaded_from_the_start_and_the_file_is_whole() {
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(2), FILE).await;
+    server.mode(Mode::CutAt(1 << 20));
+    let source = server.source(FILE);
+    let options = PullOptions::default();
+    let cancel = CancellationToken::new();
+    assert!(pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .is_err());
+    server.mode(Mode::IgnoringRanges);
+    let path = pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), server.body);
+    let kept = server.ranges()[1]
+        .clone()
+        .expect("the second pull asked for a range");
+    assert_ne!(kept, "bytes=0-");
+    assert_eq!(server.sent_per_request()[1], server.body.len() as u64);
+}
+
+#[tokio::test]
+async fn a_stopped_pull_keeps_what_came_and_the_next_goes_on_from_there() {
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(3), FILE).await;
+    let held = 1 << 20;
+    server.mode(Mode::HoldAt(held));
+    let source = server.source(FILE);
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    // The server sends nothing after `held` bytes: only the stop ends this pull.
+    let result = models::pull(
+        &source,
+        dir.path(),
+        &PullOptions::default(),
+        &mut |p| {
+            if matches!(p, Progress::Downloading { done, .. } if done >= held) {
+                stop.cancel();
+            }
+        },
+        &cancel,
+    )
+    .await;
+    assert!(
+        matches!(result, Err(ModelsError::Cancelled { kept }) if kept == held),
+        "{result:?}"
+    );
+    assert_eq!(models::partial(dir.path(), FILE), Some(held));
+    assert!(!dir.path().join(FILE).exists());
+    server.mode(Mode::Whole);
+    let path = pull_into(
+        dir.path(),
+        &source,
+        &PullOptions::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .0
+    .unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), server.body);
+    assert_eq!(server.ranges()[1], Some(format!("bytes={held}-")));
+}
+
+#[tokio::test]
+async fn a_server_that_stops_sending_is_given_up_and_what_came_is_kept() {
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(4), FILE).await;
+    server.mode(Mode::HoldAt(512 * 1024));
+    let options = PullOptions {
+        stall: Duration::from_secs(1),
+    };
+    let (result, _) = pull_into(
+        dir.path(),
+        &server.source(FILE),
+        &options,
+        &CancellationToken::new(),
+    )
+    .await;
+    let err = result.expect_err("a stall is an error");
+    assert!(matches!(err, ModelsError::Http { .. }), "{err}");
+    assert_eq!(models::partial(dir.path(), FILE), Some(512 * 1024));
+}
+
+#[tokio::test]
+async fn a_download_that_is_not_the_model_expected_is_removed_and_says_why() {
+    let dir = Dir::new();
+    let cancel = CancellationToken::new();
+    let options = PullOptions::default();
+    // Another sha256 than the file's.
+    let server = Server::start(gguf_file(5), FILE).await;
+    let mut source = server.source(FILE);
+    source.sha256 = Some("0".repeat(64));
+    let err = pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sha256"), "{err}");
+    // A page where the model should be (a sign-in page, a moved file).
+    let page = Server::start(b"<!DOCTYPE html><html>sign in</html>".to_vec(), FILE).await;
+    let source = Source::from_url(&page.url, None).unwrap();
+    let err = pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a GGUF model"), "{err}");
+    // Nothing at the address.
+    let gone = server.url.replace("/models/", "/moved/");
+    let source = Source::from_url(&gone, None).unwrap();
+    let err = pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("answered HTTP 404"), "{err}");
+    // A size other than the catalog's is refused as the server names its size, nothing written.
+    let mut source = server.source(FILE);
+    source.size = Some(12);
+    let err = pull_into(dir.path(), &source, &options, &cancel)
+        .await
+        .0
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the catalog says 12"), "{err}");
+    assert!(!dir.path().join(FILE).exists());
+    assert_eq!(models::partial(dir.path(), FILE), None);
+}
+
+#[tokio::test]
+async fn jarvis_models_pulls_lists_uses_and_removes_a_model() {
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(6), FILE).await;
+    let models_dir = dir.path().join("models");
+    let run = |args: Vec<String>| {
+        let mut cmd = jarvis(&dir);
+        cmd.arg("models").args(args);
+        cmd
+    };
+    let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let (code, _, err) = output(&mut run(args(&[
+        "pull",
+        &server.url,
+        "--sha256",
+        &"1".repeat(64),
+    ])))
+    .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("sha256"), "{err}");
+    let (code, out, err) = output(&mut run(args(&[
+        "pull",
+        &server.url,
+        "--sha256",
+        &server.sha256(),
+    ])))
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("installed {}", models_dir.join(FILE).display())),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(models_dir.join(FILE)).unwrap(), server.body);
+
+    let (code, out, _) = output(&mut run(args(&["list"]))).await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("{FILE}\t4 MB\tinstalled\t")), "{out}");
+    assert!(out.contains("qwen2.5-1.5b\t1.1 GB\t-\t"), "{out}");
+
+    let (code, out, err) = output(&mut run(args(&["use", FILE]))).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(FILE), "{out}");
+    let settings = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
+    let settings: toml::Value = toml::from_str(&settings).unwrap();
+    assert_eq!(settings["backend"].as_str(), Some("local"));
+    assert_eq!(settings["local"]["model"].as_str(), Some(FILE));
+    let (_, out, _) = output(&mut run(args(&["list"]))).await;
+    assert!(out.contains(&format!("{FILE}\t4 MB\tin use\t")), "{out}");
+
+    let (code, _, err) = output(&mut run(args(&["rm", FILE]))).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("answers with"), "{err}");
+    assert!(models_dir.join(FILE).exists());
+
+    let (code, _, err) = output(&mut run(args(&["use", "qwen2.5-1.5b"]))).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("jarvis models pull qwen2.5-1.5b"), "{err}");
+    let (code, _, err) = output(&mut run(args(&["pull", "no-such-model"]))).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no model is called `no-such-model`"), "{err}");
+}
+
+#[tokio::test]
+async fn a_pull_the_disk_has_no_room_for_is_refused_before_anything_is_written() {
+    // The data folder is a 2 MiB tmpfs, mounted in a user and mount namespace of the command's
+    // own (`unshare`: no privilege needed), which lists the model folder after the pull.
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(7), FILE).await;
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let script = r#"mount -t tmpfs -o size=2m tmpfs "$JARVIS_DATA_DIR" || exit 99
+"$0" "$@"; status=$?
+echo "left:$(ls -A "$JARVIS_DATA_DIR/models" 2>/dev/null)"
+exit $status"#;
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("JARVIS_DATA_DIR", &data)
+        .env("JARVIS_CONFIG", dir.path().join("settings.toml"))
+        .env("JARVIS_KEYRING", "off")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_jarvis"))
+        .args(["models", "pull", &server.url])
+        .kill_on_drop(true);
+    let (code, out, err) = output(&mut cmd).await;
+    assert_ne!(code, 99, "the tmpfs could not be mounted: {err}");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not enough free space"), "{err}");
+    assert!(
+        out.contains("left:\n") || out.trim_end().ends_with("left:"),
+        "{out}"
+    );
+}
