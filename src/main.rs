@@ -514,7 +514,7 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
             }
             let bar =
                 indicatif::ProgressBar::new(0).with_style(indicatif::ProgressStyle::with_template(
-                    "{bytes}/{total_bytes} {wide_bar} {bytes_per_sec}, {eta} left",
+                    "{bytes}/{total_bytes} {wide_bar} {bytes_per_sec}, {eta} left {msg}",
                 )?);
             let cancel = tokio_util::sync::CancellationToken::new();
             let on_ctrl_c = cancel.clone();
@@ -522,12 +522,21 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
                 if tokio::signal::ctrl_c().await.is_ok() {
                     on_ctrl_c.cancel();
                 }
+                // A second Ctrl-C does not wait for the part to be written out.
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
             });
             eprintln!("downloading {} from {}", source.file, source.url);
+            let mut started = false;
             let mut shown = |progress: Progress| match progress {
                 Progress::Downloading { done, total, .. } => {
                     bar.set_length(total.unwrap_or(done));
                     bar.set_position(done);
+                    if !std::mem::replace(&mut started, true) {
+                        // What an earlier pull brought is not this one's speed.
+                        bar.reset_eta();
+                    }
                 }
                 Progress::Checking => bar.set_message("checking"),
             };
@@ -543,7 +552,8 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
             match pulled {
                 Ok(path) => {
                     say!("installed {}", path.display());
-                    eprintln!("`jarvis models use {what}` makes it the model Jarvis answers with");
+                    let name = catalog.find(&what).map_or(&source.file, |m| &m.name);
+                    eprintln!("`jarvis models use {name}` makes it the model Jarvis answers with");
                 }
                 Err(err @ ModelsError::Cancelled { .. }) => {
                     eprintln!("jarvis: {err}");

@@ -67,11 +67,6 @@ impl Server {
         self.ranges.lock().unwrap().clone()
     }
 
-    /// Bytes handed out over all requests.
-    fn sent(&self) -> u64 {
-        self.sent.lock().unwrap().iter().sum()
-    }
-
     /// Bytes handed out per request.
     fn sent_per_request(&self) -> Vec<u64> {
         self.sent.lock().unwrap().clone()
@@ -114,6 +109,13 @@ async fn serve(State(server): State<Server>, headers: HeaderMap) -> Response {
         .and_then(|r| r.strip_suffix('-'))
         .and_then(|n| n.parse::<u64>().ok())
         .filter(|_| mode != Mode::IgnoringRanges);
+    if from.is_some_and(|from| from >= len) {
+        return Response::builder()
+            .status(StatusCode::RANGE_NOT_SATISFIABLE)
+            .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+            .body(Body::empty())
+            .unwrap();
+    }
     let start = from.unwrap_or(0);
     let rest = server.body.slice(start as usize..);
     let mut response = Response::builder().header(header::CONTENT_LENGTH, rest.len());
@@ -225,16 +227,14 @@ async fn a_server_that_ignores_the_range_is_downloaded_from_the_start_and_the_fi
         .await
         .0
         .is_err());
+    let kept = models::partial(dir.path(), FILE).expect("the part kept");
     server.mode(Mode::IgnoringRanges);
     let path = pull_into(dir.path(), &source, &options, &cancel)
         .await
         .0
         .unwrap();
     assert_eq!(std::fs::read(path).unwrap(), server.body);
-    let kept = server.ranges()[1]
-        .clone()
-        .expect("the second pull asked for a range");
-    assert_ne!(kept, "bytes=0-");
+    assert_eq!(server.ranges()[1], Some(format!("bytes={kept}-")));
     assert_eq!(server.sent_per_request()[1], server.body.len() as u64);
 }
 
@@ -435,9 +435,52 @@ exit $status"#;
     let (code, out, err) = output(&mut cmd).await;
     assert_ne!(code, 99, "the tmpfs could not be mounted: {err}");
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("not enough free space"), "{err}");
+    assert!(
+        err.contains("not enough free space") && err.contains("needs 3145736 more bytes"),
+        "{err}"
+    );
     assert!(
         out.contains("left:\n") || out.trim_end().ends_with("left:"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_downloading_it_again()
+{
+    let dir = Dir::new();
+    let server = Server::start(gguf_file(8), FILE).await;
+    let cancel = CancellationToken::new();
+    let options = PullOptions::default();
+    let models_dir = dir.path().join("models");
+    std::fs::create_dir(&models_dir).unwrap();
+    let part = models::part_path(&models_dir, FILE);
+    // Stopped during the checks, by URL (the size unknown until the server says it): the server
+    // finds the range past the end, and the part is the whole file.
+    std::fs::write(&part, &server.body).unwrap();
+    let source = Source::from_url(&server.url, Some(server.sha256())).unwrap();
+    let path = pull_into(&models_dir, &source, &options, &cancel)
+        .await
+        .0
+        .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(server.sent_per_request(), [0]);
+    // The same from the catalog (the size known): nothing is asked for at all.
+    std::fs::rename(&path, &part).unwrap();
+    pull_into(&models_dir, &server.source(FILE), &options, &cancel)
+        .await
+        .0
+        .unwrap();
+    assert_eq!(server.ranges().len(), 1);
+    // A part longer than the file is no part of it: the pull starts over.
+    std::fs::remove_file(&path).unwrap();
+    let mut longer = server.body.to_vec();
+    longer.extend_from_slice(b"trailing");
+    std::fs::write(&part, longer).unwrap();
+    let path = pull_into(&models_dir, &server.source(FILE), &options, &cancel)
+        .await
+        .0
+        .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(server.ranges().last(), Some(&None));
 }

@@ -63,12 +63,8 @@ impl Catalog {
             }
             super::check_file_name(&model.file)?;
             if let Some(sha) = &model.sha256 {
-                if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(ModelsError::Catalog(format!(
-                        "`{}`: `{sha}` is not a sha256",
-                        model.name
-                    )));
-                }
+                super::check_sha256(sha)
+                    .map_err(|e| ModelsError::Catalog(format!("`{}`: {e}", model.name)))?;
             }
         }
         Ok(Catalog { models: file.model })
@@ -87,14 +83,16 @@ impl Catalog {
     }
 
     /// The model to offer a machine with `memory_gb` GiB: the largest that offers the tools and
-    /// fits in it (unknown memory: the smallest that offers the tools).
+    /// fits in it (none fits, or the memory is unknown: the smallest that offers the tools).
     pub fn recommended(&self, memory_gb: Option<u64>) -> Option<&CatalogModel> {
         let with_tools = || self.models.iter().filter(|m| m.tools);
+        let smallest = || with_tools().min_by_key(|m| (m.memory_gb, m.size));
         match memory_gb {
             Some(gb) => with_tools()
                 .filter(|m| u64::from(m.memory_gb) <= gb)
-                .max_by_key(|m| (m.memory_gb, m.size)),
-            None => with_tools().min_by_key(|m| (m.memory_gb, m.size)),
+                .max_by_key(|m| (m.memory_gb, m.size))
+                .or_else(smallest),
+            None => smallest(),
         }
     }
 }
@@ -131,7 +129,7 @@ mod tests {
     fn the_recommended_model_is_the_largest_with_tools_that_fits_the_memory() {
         let catalog = Catalog::builtin();
         let name = |gb| catalog.recommended(gb).map(|m| m.name.as_str());
-        assert_eq!(name(Some(2)), None);
+        assert_eq!(name(Some(2)), Some("qwen2.5-1.5b"));
         assert_eq!(name(Some(4)), Some("qwen2.5-1.5b"));
         assert_eq!(name(Some(6)), Some("qwen2.5-1.5b"));
         assert_eq!(name(Some(16)), Some("qwen2.5-3b"));

@@ -2,11 +2,11 @@
 //! stopped (HTTP Range), its progress reported as it comes, cancellable, checked (free space
 //! first; then size, GGUF header and sha256) and only then renamed into place.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use sha2::Digest;
 use tokio_util::sync::CancellationToken;
 
 use super::ModelsError;
@@ -43,6 +43,9 @@ impl Source {
             .unwrap_or_default()
             .to_string();
         super::check_file_name(&file)?;
+        if let Some(sha) = &sha256 {
+            super::check_sha256(sha)?;
+        }
         Ok(Source {
             url: url.to_string(),
             file,
@@ -119,12 +122,23 @@ pub async fn pull(
     if source.size.is_some_and(|size| have > size) {
         have = 0;
     }
-    let total = match source.size {
+    // The sha256 of the part, made as its bytes are written (where they are).
+    let (total, hashed) = match source.size {
         // An earlier pull brought every byte and stopped before the checks.
-        Some(size) if have == size => size,
+        Some(size) if have == size => (size, None),
         _ => {
-            let (response, told) = request(&client, source, have).await?;
-            if response.status() != reqwest::StatusCode::PARTIAL_CONTENT {
+            let answer = tokio::select! {
+                answer = request(&client, source, have) => answer?,
+                () = cancel.cancelled() => return Err(ModelsError::Cancelled { kept: have }),
+            };
+            let (response, told) = match answer {
+                Answer::Whole(len) => (None, Some(len)),
+                Answer::Body(response, told) => (Some(response), told),
+            };
+            if response
+                .as_ref()
+                .is_some_and(|r| r.status() != reqwest::StatusCode::PARTIAL_CONTENT)
+            {
                 have = 0;
             }
             // A model is gigabytes: a download with no end in sight is not begun.
@@ -133,30 +147,45 @@ pub async fn pull(
                 reason: "the server does not say how large the file is".into(),
             })?;
             if source.size.is_some_and(|size| size != total) {
-                return Err(ModelsError::Mismatch(format!(
+                return Err(ModelsError::Refused(format!(
                     "the server offers {total} bytes, the catalog says {}",
                     source.size.unwrap_or_default()
                 )));
             }
-            ensure_space(dir, total.saturating_sub(have))?;
-            receive(response, &part, have, total, progress, cancel, &source.url).await?;
-            total
+            match response {
+                None => (total, None),
+                Some(response) => {
+                    ensure_space(dir, total.saturating_sub(have))?;
+                    let hashed =
+                        receive(response, &part, have, total, progress, cancel, &source.url)
+                            .await?;
+                    (total, Some(hex(&hashed.finalize())))
+                }
+            }
         }
     };
     progress(Progress::Checking);
     let expected = Expected {
         size: total,
         sha256: source.sha256.clone(),
+        hashed,
+        name: dir.join(&source.file),
+        cancel: cancel.clone(),
     };
     let checked = {
-        let part = part.clone();
-        tokio::task::spawn_blocking(move || expected.check(&part))
+        let checked_part = part.clone();
+        tokio::task::spawn_blocking(move || expected.check(&checked_part))
             .await
-            .map_err(|e| ModelsError::Mismatch(format!("the check stopped: {e}")))?
+            .map_err(|e| io(&part)(std::io::Error::other(e)))?
     };
-    if let Err(err) = checked {
-        let _ = tokio::fs::remove_file(&part).await;
-        return Err(err);
+    match checked {
+        // What came is not the file: it cannot be resumed into it either.
+        Err(err @ (ModelsError::Mismatch(_) | ModelsError::NotGguf { .. })) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(err);
+        }
+        Err(err) => return Err(err),
+        Ok(()) => {}
     }
     let dest = dir.join(&source.file);
     tokio::fs::rename(&part, &dest).await.map_err(io(&dest))?;
@@ -177,23 +206,42 @@ async fn receive(
     progress: &mut (dyn FnMut(Progress) + Send),
     cancel: &CancellationToken,
     url: &str,
-) -> Result<(), ModelsError> {
+) -> Result<sha2::Sha256, ModelsError> {
     let io = |source: std::io::Error| ModelsError::Io {
         path: part.to_path_buf(),
         source,
     };
-    let file = tokio::fs::OpenOptions::new()
+    // What an earlier pull brought is hashed first, so that the file is read only once.
+    let mut hasher = if have > 0 {
+        let earlier = part.to_path_buf();
+        let stop = cancel.clone();
+        tokio::task::spawn_blocking(move || hash_file(&earlier, have, Some(&stop)))
+            .await
+            .map_err(|e| io(std::io::Error::other(e)))?
+            .map_err(io)?
+            .ok_or(ModelsError::Cancelled { kept: have })?
+    } else {
+        sha2::Sha256::new()
+    };
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(have == 0)
         .open(part)
-        .await
         .map_err(io)?;
-    file.set_len(have).await.map_err(io)?;
-    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    tokio::io::AsyncSeekExt::seek(&mut file, SeekFrom::End(0))
-        .await
-        .map_err(io)?;
+    file.set_len(have).map_err(io)?;
+    std::io::Seek::seek(&mut file, SeekFrom::End(0)).map_err(io)?;
+    // The bytes are written and hashed on a thread of their own while the next ones arrive.
+    let (chunks, mut to_write) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<sha2::Sha256> {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        while let Some(chunk) = to_write.blocking_recv() {
+            out.write_all(&chunk)?;
+            hasher.update(&chunk);
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(hasher)
+    });
     let mut done = have;
     let mut tell = |done| {
         progress(Progress::Downloading {
@@ -213,24 +261,30 @@ async fn receive(
                 return Ok(());
             };
             if done + chunk.len() as u64 > total {
-                return Err(ModelsError::Mismatch(format!(
-                    "the server sent more than the {total} bytes it announced"
-                )));
+                return Err(ModelsError::Http {
+                    url: url.to_string(),
+                    reason: format!(
+                        "the server sent more than the {total} bytes it announced; the {done} before are kept"
+                    ),
+                });
             }
-            file.write_all(&chunk).await.map_err(io)?;
-            done += chunk.len() as u64;
+            let len = chunk.len() as u64;
+            if chunks.send(chunk).await.is_err() {
+                // The writer stopped: its error is the one to tell.
+                return Ok(());
+            }
+            done += len;
             tell(done);
         }
     }
     .await;
-    file.flush().await.map_err(io)?;
-    file.get_ref().sync_all().await.map_err(io)?;
-    drop(file);
+    // Whatever ended the download, what came is on disk before this returns.
+    drop(chunks);
+    let hasher = writer
+        .await
+        .map_err(|e| io(std::io::Error::other(e)))?
+        .map_err(io)?;
     match received {
-        Err(err @ ModelsError::Mismatch(_)) => {
-            let _ = tokio::fs::remove_file(part).await;
-            Err(err)
-        }
         Err(err) => Err(err),
         Ok(()) if done < total => Err(ModelsError::Http {
             url: url.to_string(),
@@ -238,8 +292,33 @@ async fn receive(
                 "the connection closed after {done} of {total} bytes; pulling again goes on from there"
             ),
         }),
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(hasher),
     }
+}
+
+/// The sha256 of the first `len` bytes of `path` (none where `cancel` fired first).
+fn hash_file(
+    path: &Path,
+    len: u64,
+    cancel: Option<&CancellationToken>,
+) -> std::io::Result<Option<sha2::Sha256>> {
+    let mut hasher = sha2::Sha256::new();
+    let mut file = std::fs::File::open(path)?.take(len);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            return Ok(None);
+        }
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(Some(hasher));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn http(url: &str, err: &reqwest::Error) -> ModelsError {
@@ -255,14 +334,14 @@ fn http(url: &str, err: &reqwest::Error) -> ModelsError {
     }
 }
 
-/// Asks for the file from byte `have` on: the response and the whole file's size where the
-/// server says it. A server that ignores the range answers 200 with the whole file (the caller
-/// starts over); one that finds the range past the end (416) is asked again for the whole.
+/// Asks for the file from byte `have` on. A server that ignores the range answers 200 with the
+/// whole file (the caller starts over); one that finds the range past the end (416) either says
+/// the part is the whole file or is asked again for all of it.
 async fn request(
     client: &reqwest::Client,
     source: &Source,
     have: u64,
-) -> Result<(reqwest::Response, Option<u64>), ModelsError> {
+) -> Result<Answer, ModelsError> {
     let mut from = have;
     loop {
         let mut req = client.get(&source.url);
@@ -272,6 +351,17 @@ async fn request(
         let response = req.send().await.map_err(|e| http(&source.url, &e))?;
         let status = response.status();
         if status == reqwest::StatusCode::RANGE_NOT_SATISFIABLE && from > 0 {
+            // Past the end: the part is whole where the file is exactly that long (an earlier
+            // pull stopped during the checks); else it is asked for again from the start.
+            let whole = response
+                .headers()
+                .get(reqwest::header::CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().strip_prefix("bytes */"))
+                .and_then(|len| len.trim().parse::<u64>().ok());
+            if whole == Some(from) {
+                return Ok(Answer::Whole(from));
+            }
             from = 0;
             continue;
         }
@@ -282,7 +372,7 @@ async fn request(
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_content_range);
             return match range {
-                Some((start, total)) if start == from => Ok((response, total)),
+                Some((start, total)) if start == from => Ok(Answer::Body(response, total)),
                 _ => Err(ModelsError::Http {
                     url: source.url.clone(),
                     reason: format!("asked for bytes from {from}, the server sent another range"),
@@ -296,8 +386,16 @@ async fn request(
             });
         }
         let total = response.content_length();
-        return Ok((response, total));
+        return Ok(Answer::Body(response, total));
     }
+}
+
+/// What a request brought.
+enum Answer {
+    /// The file from the byte asked for (200: from the start), and its whole size where said.
+    Body(reqwest::Response, Option<u64>),
+    /// The part on disk is the whole file, this long.
+    Whole(u64),
 }
 
 /// `bytes START-END/TOTAL` → (START, TOTAL where not `*`).
@@ -351,6 +449,12 @@ fn free_space(dir: &Path) -> Option<u64> {
 struct Expected {
     size: u64,
     sha256: Option<String>,
+    /// The file's sha256 as it was written, where it was.
+    hashed: Option<String>,
+    /// The file's name in the model folder, for messages.
+    name: PathBuf,
+    /// Stops a sha256 read from the disk between blocks.
+    cancel: CancellationToken,
 }
 
 impl Expected {
@@ -367,24 +471,15 @@ impl Expected {
                 self.size
             )));
         }
-        super::check_gguf_header(&mut file, path)?;
+        super::check_gguf_header(&mut file, &self.name)?;
         if let Some(expected) = &self.sha256 {
-            use sha2::Digest;
-            file.seek(SeekFrom::Start(0)).map_err(io)?;
-            let mut hasher = sha2::Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = file.read(&mut buf).map_err(io)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-            }
-            let got: String = hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let got = match &self.hashed {
+                Some(hashed) => hashed.clone(),
+                None => match hash_file(path, len, Some(&self.cancel)).map_err(io)? {
+                    Some(hasher) => hex(&hasher.finalize()),
+                    None => return Err(ModelsError::Cancelled { kept: len }),
+                },
+            };
             if !got.eq_ignore_ascii_case(expected) {
                 return Err(ModelsError::Mismatch(format!(
                     "its sha256 is {got}, {expected} was expected"

@@ -56,6 +56,9 @@ pub enum ModelsError {
     /// What came is not the file expected (size or sha256); it was removed.
     #[error("the download is not the model expected, and was removed: {0}")]
     Mismatch(String),
+    /// The pull was refused before anything was written.
+    #[error("not downloaded: {0}")]
+    Refused(String),
     /// The file is not a GGUF model.
     #[error("{path} is not a GGUF model ({reason})")]
     NotGguf {
@@ -93,6 +96,17 @@ pub(crate) fn check_file_name(file: &str) -> Result<(), ModelsError> {
         Ok(())
     } else {
         Err(ModelsError::BadName(file.to_string()))
+    }
+}
+
+/// Refuses a sha256 that is not 64 hex digits (a typo found before gigabytes are downloaded).
+pub(crate) fn check_sha256(sha: &str) -> Result<(), ModelsError> {
+    if sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(ModelsError::Refused(format!(
+            "`{sha}` is not a sha256 (64 hex digits)"
+        )))
     }
 }
 
@@ -214,7 +228,7 @@ pub fn source_for(
                     .as_deref()
                     .is_some_and(|known| known.eq_ignore_ascii_case(&given))
                 {
-                    return Err(ModelsError::Mismatch(format!(
+                    return Err(ModelsError::Refused(format!(
                         "`{}` is a catalog model; its sha256 is the catalog's, not {given}",
                         model.name
                     )));
