@@ -539,3 +539,43 @@ fn once_the_voice_is_quiet_whisper_lets_go_of_its_working_state_and_hears_the_ne
     // The listener makes the state again as the next question begins.
     assert_eq!(judged(&whisper, &question), before);
 }
+
+/// A transcriber that tells each time it is asked to get ready (and hears nothing).
+struct Readied(std::sync::Mutex<std::sync::mpsc::Sender<()>>);
+
+impl Transcriber for Readied {
+    fn transcribe(
+        &self,
+        _: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        Ok(jarvis::voice::stt::Transcript {
+            text: String::new(),
+            no_speech: 1.0,
+        })
+    }
+
+    fn prepare(&self) -> Result<(), jarvis::voice::VoiceError> {
+        let _ = self.0.lock().unwrap().send(());
+        Ok(())
+    }
+}
+
+#[test]
+fn speech_to_text_gets_ready_as_the_person_begins_to_speak_not_at_the_pause() {
+    let (ready, readied) = std::sync::mpsc::channel();
+    let mut listener = Listener::new(
+        ListenMode::HandsFree,
+        Arc::new(Readied(std::sync::Mutex::new(ready))),
+        None,
+        0.5,
+        Shared::default(),
+    )
+    .with_turn(turn());
+    // The words, with no quiet after them: the utterance is open, nothing transcribed yet.
+    let room = fixtures::quiet_room(1);
+    assert!(feed(&mut listener, &room[..8_000]).is_empty());
+    assert!(feed(&mut listener, &samples("What time is it in Tokyo?")).is_empty());
+    readied
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("speech-to-text asked to get ready while the person speaks");
+}
