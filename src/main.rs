@@ -136,7 +136,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ModelAction {
-    /// One line per model: NAME<TAB>SIZE<TAB>STATE<TAB>WHAT (the default).
+    /// One line per model: NAME<TAB>SIZE<TAB>STATE<TAB>WHAT (the default), the catalog's, the
+    /// model folder's, and those of an Ollama or LM Studio server running here.
     List,
     /// Download a catalog model by name, or a GGUF file by URL: resumed where a stopped pull
     /// left off, checked (size, GGUF header, sha256), then put in the model folder.
@@ -152,9 +153,10 @@ enum ModelAction {
         /// A catalog name or a file name in the model folder.
         name: String,
     },
-    /// Answer with this installed model (the local backend).
+    /// Answer with this installed model (the local backend), or with a model of a server
+    /// running here (`ollama:NAME`, `lmstudio:NAME`: the OpenAI-compatible backend).
     Use {
-        /// A catalog name or a file name in the model folder.
+        /// A catalog name, a file name in the model folder, or SERVER:MODEL.
         name: String,
     },
 }
@@ -499,10 +501,15 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
     use jarvis::models::{self, Catalog, ModelsError, Progress};
     let catalog = Catalog::builtin();
     let dir = config.model_dir();
+    let servers = models::model_servers(env("JARVIS_MODEL_SERVERS").as_deref());
     match action {
         ModelAction::List => {
             let memory = models::machine_memory_gb();
             for line in models::listing(&catalog, &dir, &config.local_model_path(), memory)? {
+                say!("{line}");
+            }
+            let found = models::running(&servers).await;
+            for line in models::server_lines(&found, &config.settings) {
                 say!("{line}");
             }
         }
@@ -574,6 +581,27 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
             }
         }
         ModelAction::Use { name } => {
+            if let Some((server, model)) = models::split_served(&servers, &name) {
+                let offered = models::offered(server).await.with_context(|| {
+                    format!("{} does not answer at {}", server.title, server.base_url)
+                })?;
+                if !offered.contains(&model) {
+                    bail!(
+                        "{} does not offer `{model}`; it offers: {}",
+                        server.title,
+                        offered.join(", ")
+                    );
+                }
+                let changes = models::settings_for(server, &model);
+                let changes: Vec<_> = changes.iter().map(|(k, v)| (*k, Some(v.clone()))).collect();
+                config::write_settings(&config.path, &changes)?;
+                say!(
+                    "Jarvis answers with {model} on {} ({})",
+                    server.title,
+                    server.base_url
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let file = models::file_for(&catalog, &name)?;
             if !dir.join(&file).is_file() {
                 bail!("{file} is not installed; `jarvis models pull {name}` downloads it");

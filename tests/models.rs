@@ -484,3 +484,63 @@ async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_dow
     assert_eq!(std::fs::read(&path).unwrap(), server.body);
     assert_eq!(server.ranges().last(), Some(&None));
 }
+
+#[tokio::test]
+async fn a_model_of_a_server_running_here_is_listed_and_one_use_makes_jarvis_answer_with_it() {
+    let dir = Dir::new();
+    // "Ollama" is the project's stub server, which lists models as Ollama's `/v1/models` does
+    // and answers chat completions; "LM Studio" is not running (its port is closed).
+    let stub = jarvis_stub::Stub::start().await.unwrap();
+    stub.set_models(&["qwen2.5:3b", "llama3.2:latest"]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_addr = closed.local_addr().unwrap();
+    drop(closed);
+    let servers = format!(
+        "ollama={},lmstudio=http://{closed_addr}/v1",
+        stub.openai_url()
+    );
+    let run = |args: &[&str]| {
+        let mut cmd = jarvis(&dir);
+        cmd.env("JARVIS_MODEL_SERVERS", &servers).args(args);
+        cmd
+    };
+    let (code, out, err) = output(&mut run(&["models", "list"])).await;
+    assert_eq!(code, 0, "{err}");
+    let served = format!(
+        "ollama:qwen2.5:3b\t-\tserved\ton Ollama ({})",
+        stub.openai_url()
+    );
+    assert!(out.contains(&served), "{out}");
+    assert!(out.contains("ollama:llama3.2:latest\t-\tserved\t"), "{out}");
+    assert!(!out.contains("lmstudio:"), "{out}");
+
+    let (code, _, err) = output(&mut run(&["models", "use", "ollama:mistral"])).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Ollama does not offer `mistral`; it offers: qwen2.5:3b, llama3.2:latest"),
+        "{err}"
+    );
+    let (code, _, err) = output(&mut run(&["models", "use", "lmstudio:any"])).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("LM Studio does not answer at"), "{err}");
+
+    let (code, out, err) = output(&mut run(&["models", "use", "ollama:qwen2.5:3b"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Jarvis answers with qwen2.5:3b on Ollama"),
+        "{out}"
+    );
+    let (_, out, _) = output(&mut run(&["models", "list"])).await;
+    assert!(out.contains("ollama:qwen2.5:3b\t-\tin use\t"), "{out}");
+
+    // The next question goes to that server, for that model, with no key.
+    let (code, out, err) = output(&mut run(&["ask", "hello there"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.trim().is_empty(), "{err}");
+    let asked = stub.received();
+    assert!(!asked.is_empty());
+    for request in &asked {
+        assert_eq!(request.body["model"], "qwen2.5:3b");
+        assert!(request.headers.get("authorization").is_none());
+    }
+}

@@ -1,15 +1,20 @@
 //! The local models: the catalog of models worth talking to ([`Catalog`]), the downloader
-//! ([`pull`]: resumed, checked, put in place atomically) and the set installed in the model
-//! folder ([`installed`]). `jarvis models …` is its shell.
+//! ([`pull`]: resumed, checked, put in place atomically), the set installed in the model folder
+//! ([`installed`]), and the models of servers the user already runs here ([`running`]: Ollama,
+//! LM Studio). `jarvis models …` is its shell.
 
 mod catalog;
 mod download;
+mod servers;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use catalog::{machine_memory_gb, Catalog, CatalogModel};
 pub use download::{part_path, pull, Progress, PullOptions, Source};
+pub use servers::{
+    model_servers, offered, running, server_lines, settings_for, split_served, ModelServer,
+};
 
 /// What went wrong with a model file.
 #[derive(Debug, thiserror::Error)]

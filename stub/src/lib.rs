@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
 use bytes::Bytes;
@@ -314,6 +314,8 @@ struct Shared {
     default: Mutex<Option<Script>>,
     received: Mutex<Vec<Received>>,
     write_times: Mutex<Vec<Instant>>,
+    /// What `GET /v1/models` lists (as Ollama and LM Studio answer it); `stub` when unset.
+    models: Mutex<Option<Vec<String>>>,
 }
 
 /// A running stub server; it stops when dropped.
@@ -343,6 +345,7 @@ impl Stub {
         let app = Router::new()
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
+            .route("/v1/models", get(models))
             .with_state(shared.clone());
         // Like a real streaming server, write each frame at once rather than waiting on Nagle.
         let listener = listener.tap_io(|tcp| {
@@ -395,6 +398,11 @@ impl Stub {
         gate
     }
 
+    /// Sets the models `GET /v1/models` lists.
+    pub fn set_models(&self, names: &[&str]) {
+        *lock(&self.shared.models) = Some(names.iter().map(|n| n.to_string()).collect());
+    }
+
     /// The requests received so far.
     pub fn received(&self) -> Vec<Received> {
         lock(&self.shared.received).clone()
@@ -416,6 +424,18 @@ async fn anthropic(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
 
 async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     respond(Wire::Openai, shared, headers, body)
+}
+
+/// The OpenAI-compatible model list, as Ollama's and LM Studio's `/v1/models` answer it.
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let names = lock(&shared.models)
+        .clone()
+        .unwrap_or_else(|| vec!["stub".into()]);
+    let data: Vec<Value> = names
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "jarvis-stub"}))
+        .collect();
+    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
 }
 
 fn respond(wire: Wire, shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
