@@ -61,6 +61,11 @@ async fn with_no_key_and_no_settings_ask_streams_an_answer_from_the_local_model(
         report.contains("local model tools: none (its chat template has no tool format)"),
         "{report}"
     );
+    // No model of the catalog is installed in this data folder: the doctor names one.
+    assert!(
+        report.contains("a better model: ") && report.contains("`jarvis models pull qwen2.5-"),
+        "{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -161,6 +161,9 @@ async fn local_model(config: &Config, env: &dyn Fn(&str) -> Option<String>, repo
                 }
             };
             report.found("local model tools", tools);
+            if s.backend == BackendKind::Local && info.parameters < 1_000_000_000 {
+                better_model(config, &info.path, info.parameters, report);
+            }
         }
         Err(reason) => {
             report.found("local model", reason.to_string());
@@ -171,6 +174,35 @@ async fn local_model(config: &Config, env: &dyn Fn(&str) -> Option<String>, repo
                 ));
             }
         }
+    }
+}
+
+/// A small model answers (SmolLM2-135M, the one the app starts with) and no catalog model is
+/// installed: the one for this machine's memory, and the two commands that get it.
+fn better_model(config: &Config, path: &str, parameters: u64, report: &mut Report) {
+    let catalog = crate::models::Catalog::builtin();
+    let installed = crate::models::installed(&config.model_dir(), &catalog).unwrap_or_default();
+    if installed.iter().any(|m| m.catalog.is_some()) {
+        return;
+    }
+    if let Some(better) = catalog.recommended(crate::models::machine_memory_gb()) {
+        let name = std::path::Path::new(path)
+            .file_name()
+            .map_or(path.into(), |n| n.to_string_lossy());
+        report.found(
+            "a better model",
+            format!(
+                "{name} has {} parameters: right for trying Jarvis, not for conversation; \
+                 `jarvis models pull {}` ({}, {:.1} GB, {}) suits this machine's memory, then \
+                 `jarvis models use {}`",
+                human_count(parameters),
+                better.name,
+                better.title,
+                better.size as f64 / 1e9,
+                better.licence,
+                better.name
+            ),
+        );
     }
 }
 
