@@ -496,6 +496,23 @@ async fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
+/// After `jarvis models use`: says so where the environment overrides what the file now says.
+fn warn_if_overridden(in_force: bool, now: &config::Settings) {
+    if in_force {
+        return;
+    }
+    let answering = match now.backend {
+        config::BackendKind::Local => now.local.model.clone(),
+        config::BackendKind::Openai => format!("{} at {}", now.openai.model, now.openai.base_url),
+        config::BackendKind::Anthropic => now.anthropic.model.clone(),
+    };
+    eprintln!(
+        "warning: the settings file says so, but the environment overrides it (JARVIS_BACKEND, \
+         JARVIS_MODEL or OPENAI_BASE_URL is set): Jarvis answers with {answering} ({}) while it is",
+        now.backend.as_str()
+    );
+}
+
 /// `jarvis models`: the catalog, downloads, and which model answers.
 async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
     use jarvis::models::{self, Catalog, ModelsError, Progress};
@@ -600,6 +617,13 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
                     server.title,
                     server.base_url
                 );
+                let now = Config::load()?.settings;
+                warn_if_overridden(
+                    now.backend == config::BackendKind::Openai
+                        && now.openai.base_url.trim_end_matches('/') == server.base_url
+                        && now.openai.model == model,
+                    &now,
+                );
                 return Ok(ExitCode::SUCCESS);
             }
             let file = models::file_for(&catalog, &name)?;
@@ -620,6 +644,12 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
                 ],
             )?;
             say!("Jarvis answers with {file} (the local backend)");
+            let now = Config::load()?;
+            warn_if_overridden(
+                now.settings.backend == config::BackendKind::Local
+                    && now.local_model_path() == dir.join(&file),
+                &now.settings,
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -489,12 +489,17 @@ async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_dow
 async fn a_model_of_a_server_running_here_is_listed_and_one_use_makes_jarvis_answer_with_it() {
     let dir = Dir::new();
     // "Ollama" is the project's stub server, which lists models as Ollama's `/v1/models` does
-    // and answers chat completions; "LM Studio" is not running (its port is closed).
+    // and answers chat completions; "LM Studio" is not running.
     let stub = jarvis_stub::Stub::start().await.unwrap();
     stub.set_models(&["qwen2.5:3b", "llama3.2:latest"]);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let closed_addr = closed.local_addr().unwrap();
-    drop(closed);
+    // "LM Studio" is a port that takes each connection and closes it at once.
+    let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_addr = closing.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((connection, _)) = closing.accept().await {
+            drop(connection);
+        }
+    });
     let servers = format!(
         "ollama={},lmstudio=http://{closed_addr}/v1",
         stub.openai_url()
@@ -529,6 +534,16 @@ async fn a_model_of_a_server_running_here_is_listed_and_one_use_makes_jarvis_ans
     assert!(
         out.contains("Jarvis answers with qwen2.5:3b on Ollama"),
         "{out}"
+    );
+    assert!(!err.contains("overrides"), "{err}");
+    // Where the environment names another backend, the user is told that it wins.
+    let (code, _, err) =
+        output(run(&["models", "use", "ollama:qwen2.5:3b"]).env("JARVIS_BACKEND", "anthropic"))
+            .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the environment overrides it") && err.contains("(anthropic)"),
+        "{err}"
     );
     let (_, out, _) = output(&mut run(&["models", "list"])).await;
     assert!(out.contains("ollama:qwen2.5:3b\t-\tin use\t"), "{out}");

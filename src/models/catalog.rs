@@ -83,16 +83,14 @@ impl Catalog {
     }
 
     /// The model to offer a machine with `memory_gb` GiB: the largest that offers the tools and
-    /// fits in it (none fits, or the memory is unknown: the smallest that offers the tools).
+    /// fits in it (none where none fits; the memory unknown: the smallest that offers the tools).
     pub fn recommended(&self, memory_gb: Option<u64>) -> Option<&CatalogModel> {
         let with_tools = || self.models.iter().filter(|m| m.tools);
-        let smallest = || with_tools().min_by_key(|m| (m.memory_gb, m.size));
         match memory_gb {
             Some(gb) => with_tools()
                 .filter(|m| u64::from(m.memory_gb) <= gb)
-                .max_by_key(|m| (m.memory_gb, m.size))
-                .or_else(smallest),
-            None => smallest(),
+                .max_by_key(|m| (m.memory_gb, m.size)),
+            None => with_tools().min_by_key(|m| (m.memory_gb, m.size)),
         }
     }
 }
@@ -129,7 +127,7 @@ mod tests {
     fn the_recommended_model_is_the_largest_with_tools_that_fits_the_memory() {
         let catalog = Catalog::builtin();
         let name = |gb| catalog.recommended(gb).map(|m| m.name.as_str());
-        assert_eq!(name(Some(2)), Some("qwen2.5-1.5b"));
+        assert_eq!(name(Some(2)), None);
         assert_eq!(name(Some(4)), Some("qwen2.5-1.5b"));
         assert_eq!(name(Some(6)), Some("qwen2.5-1.5b"));
         assert_eq!(name(Some(16)), Some("qwen2.5-3b"));

@@ -127,6 +127,20 @@ pub async fn pull(
         // An earlier pull brought every byte and stopped before the checks.
         Some(size) if have == size => (size, None),
         _ => {
+            // What an earlier pull brought is hashed before the server is asked (the file is
+            // read once; a server may drop a connection left unread while gigabytes are hashed).
+            let prefix = if have > 0 {
+                let earlier = part.clone();
+                let stop = cancel.clone();
+                let hashed =
+                    tokio::task::spawn_blocking(move || hash_file(&earlier, have, Some(&stop)))
+                        .await
+                        .map_err(|e| io(&part)(std::io::Error::other(e)))?
+                        .map_err(io(&part))?;
+                Some(hashed.ok_or(ModelsError::Cancelled { kept: have })?)
+            } else {
+                None
+            };
             let answer = tokio::select! {
                 answer = request(&client, source, have) => answer?,
                 () = cancel.cancelled() => return Err(ModelsError::Cancelled { kept: have }),
@@ -156,9 +170,20 @@ pub async fn pull(
                 None => (total, None),
                 Some(response) => {
                     ensure_space(dir, total.saturating_sub(have))?;
-                    let hashed =
-                        receive(response, &part, have, total, progress, cancel, &source.url)
-                            .await?;
+                    let hasher = match prefix {
+                        Some(prefix) if have > 0 => prefix,
+                        _ => sha2::Sha256::new(),
+                    };
+                    let hashed = receive(
+                        response,
+                        &part,
+                        (have, hasher),
+                        total,
+                        progress,
+                        cancel,
+                        &source.url,
+                    )
+                    .await?;
                     (total, Some(hex(&hashed.finalize())))
                 }
             }
@@ -201,7 +226,7 @@ pub async fn pull(
 async fn receive(
     mut response: reqwest::Response,
     part: &Path,
-    have: u64,
+    (have, mut hasher): (u64, sha2::Sha256),
     total: u64,
     progress: &mut (dyn FnMut(Progress) + Send),
     cancel: &CancellationToken,
@@ -210,18 +235,6 @@ async fn receive(
     let io = |source: std::io::Error| ModelsError::Io {
         path: part.to_path_buf(),
         source,
-    };
-    // What an earlier pull brought is hashed first, so that the file is read only once.
-    let mut hasher = if have > 0 {
-        let earlier = part.to_path_buf();
-        let stop = cancel.clone();
-        tokio::task::spawn_blocking(move || hash_file(&earlier, have, Some(&stop)))
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?
-            .map_err(io)?
-            .ok_or(ModelsError::Cancelled { kept: have })?
-    } else {
-        sha2::Sha256::new()
     };
     let mut file = std::fs::OpenOptions::new()
         .create(true)

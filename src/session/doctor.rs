@@ -185,7 +185,19 @@ fn better_model(config: &Config, path: &str, parameters: u64, report: &mut Repor
     if installed.iter().any(|m| m.catalog.is_some()) {
         return;
     }
-    if let Some(better) = catalog.recommended(crate::models::machine_memory_gb()) {
+    let memory = crate::models::machine_memory_gb();
+    let Some(better) = catalog.recommended(memory) else {
+        report.found(
+            "a better model",
+            format!(
+                "none of `jarvis models list` fits this machine's {} GiB of memory; a server \
+                 elsewhere (the openai or anthropic backend) answers better",
+                memory.unwrap_or_default()
+            ),
+        );
+        return;
+    };
+    {
         let name = std::path::Path::new(path)
             .file_name()
             .map_or(path.into(), |n| n.to_string_lossy());

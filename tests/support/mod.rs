@@ -223,6 +223,8 @@ pub fn jarvis(dir: &Dir) -> tokio::process::Command {
         .env("JARVIS_DATA_DIR", dir.path())
         .env("JARVIS_CONFIG", dir.path().join("settings.toml"))
         .env("JARVIS_KEYRING", "off")
+        // No model server of the machine's own (Ollama, LM Studio) is asked.
+        .env("JARVIS_MODEL_SERVERS", "")
         .kill_on_drop(true);
     cmd
 }
