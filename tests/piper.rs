@@ -175,17 +175,6 @@ fn the_steady_voice_says_a_text_the_same_way_every_time_and_the_natural_one_vari
     );
 }
 
-/// What the process holds (PSS, KiB).
-fn held_kib() -> u64 {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("a Pss line")
-}
-
 #[test]
 fn once_the_voice_is_quiet_piper_lets_go_of_its_sentences_memory_and_still_speaks_the_same() {
     let piper = jarvis::voice::models::load_piper(&model_dir(), 175)

@@ -502,17 +502,6 @@ fn words_transcribed_ahead_of_a_pause_the_person_talked_through_are_not_used() {
     );
 }
 
-/// What the process holds (PSS, KiB).
-fn held_kib() -> u64 {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("a Pss line")
-}
-
 #[test]
 fn once_the_voice_is_quiet_whisper_lets_go_of_its_working_state_and_hears_the_next_question_alike()
 {

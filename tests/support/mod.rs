@@ -354,3 +354,14 @@ pub fn whisper() -> Arc<dyn jarvis::voice::Transcriber> {
         })
         .clone()
 }
+
+/// What this process holds (PSS from `/proc/self/smaps_rollup`, KiB).
+pub fn held_kib() -> u64 {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect("a Pss line")
+}
