@@ -83,11 +83,7 @@ async fn main() {
             out.write_all(&block).unwrap();
         }
     }
-    let sha256: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = models::hex_digest(hasher);
     for rate in [None, Some(100e6)] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/m/model.gguf", listener.local_addr().unwrap());

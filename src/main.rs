@@ -609,21 +609,14 @@ async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
                         offered.join(", ")
                     );
                 }
-                let changes = models::settings_for(server, &model);
-                let changes: Vec<_> = changes.iter().map(|(k, v)| (*k, Some(v.clone()))).collect();
-                config::write_settings(&config.path, &changes)?;
+                config::write_settings(&config.path, &models::settings_for(server, &model))?;
                 say!(
                     "Jarvis answers with {model} on {} ({})",
                     server.title,
                     server.base_url
                 );
                 let now = Config::load()?.settings;
-                warn_if_overridden(
-                    now.backend == config::BackendKind::Openai
-                        && now.openai.base_url.trim_end_matches('/') == server.base_url
-                        && now.openai.model == model,
-                    &now,
-                );
+                warn_if_overridden(server.answers_with(&now, &model), &now);
                 return Ok(ExitCode::SUCCESS);
             }
             let file = models::file_for(&catalog, &name)?;

@@ -73,7 +73,7 @@ impl Server {
     }
 
     fn sha256(&self) -> String {
-        hex(&sha2::Sha256::digest(&self.body))
+        models::hex_digest(sha2::Sha256::new_with_prefix(&self.body))
     }
 
     fn source(&self, file: &str) -> Source {
@@ -84,10 +84,6 @@ impl Server {
             sha256: Some(self.sha256()),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 async fn serve(State(server): State<Server>, headers: HeaderMap) -> Response {

@@ -167,7 +167,8 @@ pub async fn pull(
                 )));
             }
             match response {
-                None => (total, None),
+                // The part is the whole file: its hash was made before the server was asked.
+                None => (total, prefix.map(super::hex_digest)),
                 Some(response) => {
                     ensure_space(dir, total.saturating_sub(have))?;
                     let hasher = match prefix {
@@ -184,7 +185,7 @@ pub async fn pull(
                         &source.url,
                     )
                     .await?;
-                    (total, Some(hex(&hashed.finalize())))
+                    (total, Some(super::hex_digest(hashed)))
                 }
             }
         }
@@ -328,10 +329,6 @@ fn hash_file(
         }
         hasher.update(&buf[..n]);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn http(url: &str, err: &reqwest::Error) -> ModelsError {
@@ -489,7 +486,7 @@ impl Expected {
             let got = match &self.hashed {
                 Some(hashed) => hashed.clone(),
                 None => match hash_file(path, len, Some(&self.cancel)).map_err(io)? {
-                    Some(hasher) => hex(&hasher.finalize()),
+                    Some(hasher) => super::hex_digest(hasher),
                     None => return Err(ModelsError::Cancelled { kept: len }),
                 },
             };

@@ -104,6 +104,16 @@ pub(crate) fn check_file_name(file: &str) -> Result<(), ModelsError> {
     }
 }
 
+/// A sha256 as the catalog and `--sha256` write it: 64 lowercase hex digits.
+pub fn hex_digest(hasher: sha2::Sha256) -> String {
+    use sha2::Digest;
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Refuses a sha256 that is not 64 hex digits (a typo found before gigabytes are downloaded).
 pub(crate) fn check_sha256(sha: &str) -> Result<(), ModelsError> {
     if sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()) {

@@ -19,6 +19,15 @@ pub struct ModelServer {
     pub base_url: String,
 }
 
+impl ModelServer {
+    /// Whether `settings` make Jarvis answer with `model` on this server.
+    pub fn answers_with(&self, settings: &Settings, model: &str) -> bool {
+        settings.backend == BackendKind::Openai
+            && settings.openai.base_url.trim_end_matches('/') == self.base_url
+            && settings.openai.model == model
+    }
+}
+
 /// The servers looked for: Ollama on 127.0.0.1:11434 and LM Studio on 127.0.0.1:1234, or those
 /// `spec` names (`ollama=URL,lmstudio=URL`: a server on another port; the tests' own).
 pub fn model_servers(spec: Option<&str>) -> Vec<ModelServer> {
@@ -105,10 +114,11 @@ pub fn server_lines(found: &[(ModelServer, Vec<String>)], settings: &Settings) -
     let mut lines = Vec::new();
     for (server, names) in found {
         for name in names {
-            let in_use = settings.backend == BackendKind::Openai
-                && settings.openai.base_url.trim_end_matches('/') == server.base_url
-                && settings.openai.model == *name;
-            let state = if in_use { "in use" } else { "served" };
+            let state = if server.answers_with(settings, name) {
+                "in use"
+            } else {
+                "served"
+            };
             lines.push(format!(
                 "{}:{name}\t-\t{state}\ton {} ({})",
                 server.name, server.title, server.base_url
@@ -128,20 +138,18 @@ pub fn split_served<'a>(
     Some((server, model.to_string()))
 }
 
-/// The settings that answer with `model` on `server`: the OpenAI-compatible backend at its URL,
-/// no key.
+/// The settings that answer with `model` on `server` (as [`crate::config::write_settings`] takes
+/// them): the OpenAI-compatible backend at its URL, no key.
 pub fn settings_for(
     server: &ModelServer,
     model: &str,
-) -> Vec<(&'static [&'static str], SettingValue)> {
+) -> Vec<(&'static [&'static str], Option<SettingValue>)> {
+    let text = |value: &str| Some(SettingValue::Text(value.to_string()));
     vec![
-        (&["backend"], SettingValue::Text("openai".into())),
-        (
-            &["openai", "base_url"],
-            SettingValue::Text(server.base_url.clone()),
-        ),
-        (&["openai", "model"], SettingValue::Text(model.to_string())),
-        (&["openai", "requires_key"], SettingValue::Bool(false)),
+        (&["backend"], text("openai")),
+        (&["openai", "base_url"], text(&server.base_url)),
+        (&["openai", "model"], text(model)),
+        (&["openai", "requires_key"], Some(SettingValue::Bool(false))),
     ]
 }
 

@@ -197,25 +197,23 @@ fn better_model(config: &Config, path: &str, parameters: u64, report: &mut Repor
         );
         return;
     };
-    {
-        let name = std::path::Path::new(path)
-            .file_name()
-            .map_or(path.into(), |n| n.to_string_lossy());
-        report.found(
-            "a better model",
-            format!(
-                "{name} has {} parameters: right for trying Jarvis, not for conversation; \
-                 `jarvis models pull {}` ({}, {:.1} GB, {}) suits this machine's memory, then \
-                 `jarvis models use {}`",
-                human_count(parameters),
-                better.name,
-                better.title,
-                better.size as f64 / 1e9,
-                better.licence,
-                better.name
-            ),
-        );
-    }
+    let name = std::path::Path::new(path)
+        .file_name()
+        .map_or(path.into(), |n| n.to_string_lossy());
+    report.found(
+        "a better model",
+        format!(
+            "{name} has {} parameters: right for trying Jarvis, not for conversation; \
+             `jarvis models pull {}` ({}, {:.1} GB, {}) suits this machine's memory, then \
+             `jarvis models use {}`",
+            human_count(parameters),
+            better.name,
+            better.title,
+            better.size as f64 / 1e9,
+            better.licence,
+            better.name
+        ),
+    );
 }
 
 fn rules(config: &Config, report: &mut Report) {
