@@ -5,149 +5,39 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::Response;
 use jarvis::models::{self, ModelsError, Progress, PullOptions, Source};
+use jarvis_stub::files::{FileServer, Mode};
 use sha2::Digest;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
-/// How the server sends the file.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
-    /// Whole, honouring a range.
-    Whole,
-    /// Closes the connection once the file's first N bytes are sent.
-    CutAt(u64),
-    /// Sends nothing more after the file's first N bytes, and never closes.
-    HoldAt(u64),
-    /// Always the whole file with 200, whatever range was asked.
-    IgnoringRanges,
+/// What a test asks of the file server beyond serving.
+trait Served {
+    fn sha256(&self) -> String;
+    fn source(&self, file: &str) -> Source;
 }
 
-#[derive(Clone)]
-struct Server {
-    body: Bytes,
-    mode: Arc<Mutex<Mode>>,
-    /// The Range header of each request.
-    ranges: Arc<Mutex<Vec<Option<String>>>>,
-    /// Bytes of the file handed to the connection, per request.
-    sent: Arc<Mutex<Vec<u64>>>,
-    url: String,
-}
-
-impl Server {
-    async fn start(body: Vec<u8>, name: &str) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/models/{name}", listener.local_addr().unwrap());
-        let server = Server {
-            body: Bytes::from(body),
-            mode: Arc::new(Mutex::new(Mode::Whole)),
-            ranges: Arc::default(),
-            sent: Arc::default(),
-            url,
-        };
-        let app = axum::Router::new()
-            .route("/models/{name}", axum::routing::get(serve))
-            .with_state(server.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        server
-    }
-
-    fn mode(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-
-    fn ranges(&self) -> Vec<Option<String>> {
-        self.ranges.lock().unwrap().clone()
-    }
-
-    /// Bytes handed out per request.
-    fn sent_per_request(&self) -> Vec<u64> {
-        self.sent.lock().unwrap().clone()
-    }
-
+impl Served for FileServer {
     fn sha256(&self) -> String {
-        models::hex_digest(sha2::Sha256::new_with_prefix(&self.body))
+        models::hex_digest(sha2::Sha256::new_with_prefix(self.body()))
     }
 
     fn source(&self, file: &str) -> Source {
         Source {
-            url: self.url.clone(),
+            url: self.url().to_string(),
             file: file.to_string(),
-            size: Some(self.body.len() as u64),
+            size: Some(self.body().len() as u64),
             sha256: Some(self.sha256()),
         }
     }
 }
 
-async fn serve(State(server): State<Server>, headers: HeaderMap) -> Response {
-    let range = headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    server.ranges.lock().unwrap().push(range.clone());
-    let request = {
-        let mut sent = server.sent.lock().unwrap();
-        sent.push(0);
-        sent.len() - 1
-    };
-    let mode = *server.mode.lock().unwrap();
-    let len = server.body.len() as u64;
-    let from = range
-        .as_deref()
-        .and_then(|r| r.strip_prefix("bytes="))
-        .and_then(|r| r.strip_suffix('-'))
-        .and_then(|n| n.parse::<u64>().ok())
-        .filter(|_| mode != Mode::IgnoringRanges);
-    if from.is_some_and(|from| from >= len) {
-        return Response::builder()
-            .status(StatusCode::RANGE_NOT_SATISFIABLE)
-            .header(header::CONTENT_RANGE, format!("bytes */{len}"))
-            .body(Body::empty())
-            .unwrap();
-    }
-    let start = from.unwrap_or(0);
-    let rest = server.body.slice(start as usize..);
-    let mut response = Response::builder().header(header::CONTENT_LENGTH, rest.len());
-    if let Some(from) = from {
-        response = response.status(StatusCode::PARTIAL_CONTENT).header(
-            header::CONTENT_RANGE,
-            format!("bytes {from}-{}/{len}", len - 1),
-        );
-    }
-    let stop = match mode {
-        Mode::CutAt(n) | Mode::HoldAt(n) => Some(n.saturating_sub(start) as usize),
-        _ => None,
-    };
-    let sent = server.sent.clone();
-    let body = async_stream::stream! {
-        let mut at = 0;
-        while at < rest.len() {
-            let end = (at + 64 * 1024).min(rest.len()).min(stop.unwrap_or(usize::MAX));
-            if end <= at {
-                break;
-            }
-            sent.lock().unwrap()[request] += (end - at) as u64;
-            yield Ok::<Bytes, std::io::Error>(rest.slice(at..end));
-            at = end;
-        }
-        match mode {
-            Mode::CutAt(_) if at < rest.len() => {
-                yield Err(std::io::Error::other("cut"));
-            }
-            Mode::HoldAt(_) if at < rest.len() => {
-                std::future::pending::<()>().await;
-            }
-            _ => {}
-        }
-    };
-    response.body(Body::from_stream(body)).unwrap()
+async fn serving(body: Vec<u8>, name: &str) -> FileServer {
+    FileServer::start(body, name)
+        .await
+        .expect("a loopback port")
 }
 
 /// A file as a GGUF model starts (magic, version 3), then 3 MiB of noise.
@@ -174,8 +64,8 @@ const FILE: &str = "model-q4.gguf";
 #[tokio::test]
 async fn a_pull_cut_off_at_forty_percent_goes_on_from_where_it_stopped_and_the_file_is_whole() {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(1), FILE).await;
-    let len = server.body.len() as u64;
+    let server = serving(gguf_file(1), FILE).await;
+    let len = server.body().len() as u64;
     let cut = len * 2 / 5;
     server.mode(Mode::CutAt(cut));
     let source = server.source(FILE);
@@ -192,7 +82,7 @@ async fn a_pull_cut_off_at_forty_percent_goes_on_from_where_it_stopped_and_the_f
     server.mode(Mode::Whole);
     let (second, seen) = pull_into(dir.path(), &source, &options, &CancellationToken::new()).await;
     let path = second.unwrap();
-    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(std::fs::read(&path).unwrap(), *server.body());
     assert_eq!(server.ranges(), [None, Some(format!("bytes={kept}-"))]);
     assert_eq!(
         server.sent_per_request()[1],
@@ -214,7 +104,7 @@ async fn a_pull_cut_off_at_forty_percent_goes_on_from_where_it_stopped_and_the_f
 #[tokio::test]
 async fn a_server_that_ignores_the_range_is_downloaded_from_the_start_and_the_file_is_whole() {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(2), FILE).await;
+    let server = serving(gguf_file(2), FILE).await;
     server.mode(Mode::CutAt(1 << 20));
     let source = server.source(FILE);
     let options = PullOptions::default();
@@ -229,15 +119,15 @@ async fn a_server_that_ignores_the_range_is_downloaded_from_the_start_and_the_fi
         .await
         .0
         .unwrap();
-    assert_eq!(std::fs::read(path).unwrap(), server.body);
+    assert_eq!(std::fs::read(path).unwrap(), *server.body());
     assert_eq!(server.ranges()[1], Some(format!("bytes={kept}-")));
-    assert_eq!(server.sent_per_request()[1], server.body.len() as u64);
+    assert_eq!(server.sent_per_request()[1], server.body().len() as u64);
 }
 
 #[tokio::test]
 async fn a_stopped_pull_keeps_what_came_and_the_next_goes_on_from_there() {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(3), FILE).await;
+    let server = serving(gguf_file(3), FILE).await;
     let held = 1 << 20;
     server.mode(Mode::HoldAt(held));
     let source = server.source(FILE);
@@ -272,14 +162,14 @@ async fn a_stopped_pull_keeps_what_came_and_the_next_goes_on_from_there() {
     .await
     .0
     .unwrap();
-    assert_eq!(std::fs::read(path).unwrap(), server.body);
+    assert_eq!(std::fs::read(path).unwrap(), *server.body());
     assert_eq!(server.ranges()[1], Some(format!("bytes={held}-")));
 }
 
 #[tokio::test]
 async fn a_server_that_stops_sending_is_given_up_and_what_came_is_kept() {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(4), FILE).await;
+    let server = serving(gguf_file(4), FILE).await;
     server.mode(Mode::HoldAt(512 * 1024));
     let options = PullOptions {
         stall: Duration::from_secs(1),
@@ -302,7 +192,7 @@ async fn a_download_that_is_not_the_model_expected_is_removed_and_says_why() {
     let cancel = CancellationToken::new();
     let options = PullOptions::default();
     // Another sha256 than the file's.
-    let server = Server::start(gguf_file(5), FILE).await;
+    let server = serving(gguf_file(5), FILE).await;
     let mut source = server.source(FILE);
     source.sha256 = Some("0".repeat(64));
     let err = pull_into(dir.path(), &source, &options, &cancel)
@@ -312,8 +202,8 @@ async fn a_download_that_is_not_the_model_expected_is_removed_and_says_why() {
         .to_string();
     assert!(err.contains("sha256"), "{err}");
     // A page where the model should be (a sign-in page, a moved file).
-    let page = Server::start(b"<!DOCTYPE html><html>sign in</html>".to_vec(), FILE).await;
-    let source = Source::from_url(&page.url, None).unwrap();
+    let page = serving(b"<!DOCTYPE html><html>sign in</html>".to_vec(), FILE).await;
+    let source = Source::from_url(page.url(), None).unwrap();
     let err = pull_into(dir.path(), &source, &options, &cancel)
         .await
         .0
@@ -321,7 +211,7 @@ async fn a_download_that_is_not_the_model_expected_is_removed_and_says_why() {
         .to_string();
     assert!(err.contains("not a GGUF model"), "{err}");
     // Nothing at the address.
-    let gone = server.url.replace("/models/", "/moved/");
+    let gone = server.url().replace("/models/", "/moved/");
     let source = Source::from_url(&gone, None).unwrap();
     let err = pull_into(dir.path(), &source, &options, &cancel)
         .await
@@ -345,7 +235,7 @@ async fn a_download_that_is_not_the_model_expected_is_removed_and_says_why() {
 #[tokio::test]
 async fn jarvis_models_pulls_lists_uses_and_removes_a_model() {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(6), FILE).await;
+    let server = serving(gguf_file(6), FILE).await;
     let models_dir = dir.path().join("models");
     let run = |args: Vec<String>| {
         let mut cmd = jarvis(&dir);
@@ -356,7 +246,7 @@ async fn jarvis_models_pulls_lists_uses_and_removes_a_model() {
 
     let (code, _, err) = output(&mut run(args(&[
         "pull",
-        &server.url,
+        server.url(),
         "--sha256",
         &"1".repeat(64),
     ])))
@@ -365,7 +255,7 @@ async fn jarvis_models_pulls_lists_uses_and_removes_a_model() {
     assert!(err.contains("sha256"), "{err}");
     let (code, out, err) = output(&mut run(args(&[
         "pull",
-        &server.url,
+        server.url(),
         "--sha256",
         &server.sha256(),
     ])))
@@ -375,7 +265,10 @@ async fn jarvis_models_pulls_lists_uses_and_removes_a_model() {
         out.contains(&format!("installed {}", models_dir.join(FILE).display())),
         "{out}"
     );
-    assert_eq!(std::fs::read(models_dir.join(FILE)).unwrap(), server.body);
+    assert_eq!(
+        std::fs::read(models_dir.join(FILE)).unwrap(),
+        *server.body()
+    );
 
     let (code, out, _) = output(&mut run(args(&["list"]))).await;
     assert_eq!(code, 0);
@@ -410,7 +303,7 @@ async fn a_pull_the_disk_has_no_room_for_is_refused_before_anything_is_written()
     // The data folder is a 2 MiB tmpfs, mounted in a user and mount namespace of the command's
     // own (`unshare`: no privilege needed), which lists the model folder after the pull.
     let dir = Dir::new();
-    let server = Server::start(gguf_file(7), FILE).await;
+    let server = serving(gguf_file(7), FILE).await;
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let script = r#"mount -t tmpfs -o size=2m tmpfs "$JARVIS_DATA_DIR" || exit 99
@@ -426,7 +319,7 @@ exit $status"#;
         .env("JARVIS_KEYRING", "off")
         .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
         .arg(env!("CARGO_BIN_EXE_jarvis"))
-        .args(["models", "pull", &server.url])
+        .args(["models", "pull", server.url()])
         .kill_on_drop(true);
     let (code, out, err) = output(&mut cmd).await;
     assert_ne!(code, 99, "the tmpfs could not be mounted: {err}");
@@ -445,7 +338,7 @@ exit $status"#;
 async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_downloading_it_again()
 {
     let dir = Dir::new();
-    let server = Server::start(gguf_file(8), FILE).await;
+    let server = serving(gguf_file(8), FILE).await;
     let cancel = CancellationToken::new();
     let options = PullOptions::default();
     let models_dir = dir.path().join("models");
@@ -453,13 +346,13 @@ async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_dow
     let part = models::part_path(&models_dir, FILE);
     // Stopped during the checks, by URL (the size unknown until the server says it): the server
     // finds the range past the end, and the part is the whole file.
-    std::fs::write(&part, &server.body).unwrap();
-    let source = Source::from_url(&server.url, Some(server.sha256())).unwrap();
+    std::fs::write(&part, &server.body()).unwrap();
+    let source = Source::from_url(server.url(), Some(server.sha256())).unwrap();
     let path = pull_into(&models_dir, &source, &options, &cancel)
         .await
         .0
         .unwrap();
-    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(std::fs::read(&path).unwrap(), *server.body());
     assert_eq!(server.sent_per_request(), [0]);
     // The same from the catalog (the size known): nothing is asked for at all.
     std::fs::rename(&path, &part).unwrap();
@@ -470,14 +363,14 @@ async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_dow
     assert_eq!(server.ranges().len(), 1);
     // A part longer than the file is no part of it: the pull starts over.
     std::fs::remove_file(&path).unwrap();
-    let mut longer = server.body.to_vec();
+    let mut longer = server.body().to_vec();
     longer.extend_from_slice(b"trailing");
     std::fs::write(&part, longer).unwrap();
     let path = pull_into(&models_dir, &server.source(FILE), &options, &cancel)
         .await
         .0
         .unwrap();
-    assert_eq!(std::fs::read(&path).unwrap(), server.body);
+    assert_eq!(std::fs::read(&path).unwrap(), *server.body());
     assert_eq!(server.ranges().last(), Some(&None));
 }
 

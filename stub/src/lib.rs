@@ -8,6 +8,8 @@
 //! pacing, tool calls, an HTTP error with `retry-after`, an `error` event mid-stream,
 //! a dropped connection, a stall, a malformed data line.
 
+pub mod files;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
