@@ -516,7 +516,7 @@ fn warn_if_overridden(in_force: bool, now: &config::Settings) {
 /// `jarvis models`: the catalog, downloads, and which model answers.
 async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
     use jarvis::models::{self, Catalog, ModelsError, Progress};
-    let catalog = Catalog::builtin();
+    let catalog = Catalog::from_env(&env)?;
     let dir = config.model_dir();
     let servers = models::model_servers(env("JARVIS_MODEL_SERVERS").as_deref());
     match action {

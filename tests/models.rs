@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use jarvis::models::{self, ModelsError, Progress, PullOptions, Source};
+use jarvis::session::{ModelState, PullStatus};
 use jarvis_stub::files::{FileServer, Mode};
 use sha2::Digest;
 use support::*;
@@ -346,7 +347,7 @@ async fn a_part_an_earlier_pull_finished_is_checked_and_put_in_place_without_dow
     let part = models::part_path(&models_dir, FILE);
     // Stopped during the checks, by URL (the size unknown until the server says it): the server
     // finds the range past the end, and the part is the whole file.
-    std::fs::write(&part, &server.body()).unwrap();
+    std::fs::write(&part, server.body()).unwrap();
     let source = Source::from_url(server.url(), Some(server.sha256())).unwrap();
     let path = pull_into(&models_dir, &source, &options, &cancel)
         .await
@@ -447,4 +448,189 @@ async fn a_model_of_a_server_running_here_is_listed_and_one_use_makes_jarvis_ans
         assert_eq!(request.body["model"], "qwen2.5:3b");
         assert!(request.headers.get("authorization").is_none());
     }
+}
+
+/// A session whose catalog is one model served by `server` and whose local model is the small
+/// one the app starts with (not installed here).
+fn session_offering(dir: &Dir, server: &FileServer) -> std::sync::Arc<jarvis::session::Session> {
+    let catalog = dir.path().join("catalog.toml");
+    let body = models::test_catalog(
+        "test-3b",
+        "Test 3B Instruct",
+        FILE,
+        server.url(),
+        server.body(),
+    );
+    std::fs::write(&catalog, body).unwrap();
+    let config = dir.path().join("settings.toml");
+    let data = dir.path().join("data");
+    let env: jarvis::session::Env = std::sync::Arc::new(move |name: &str| match name {
+        "JARVIS_KEYRING" => Some("off".into()),
+        "JARVIS_CONFIG" => Some(config.display().to_string()),
+        "JARVIS_DATA_DIR" => Some(data.display().to_string()),
+        "JARVIS_MODEL_CATALOG" => Some(catalog.display().to_string()),
+        "JARVIS_MODEL_SERVERS" => Some(String::new()),
+        _ => None,
+    });
+    let session = jarvis::session::Session::open(env, jarvis::session::device_parts()).unwrap();
+    std::sync::Arc::new(session)
+}
+
+/// Waits for the download's status to satisfy `done`, and returns it.
+async fn pull_status(
+    session: &jarvis::session::Session,
+    what: &str,
+    done: impl Fn(&PullStatus) -> bool,
+) -> PullStatus {
+    let mut watch = session.watch_pull();
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let now = watch.borrow_and_update().clone();
+            if done(&now) {
+                return now;
+            }
+            watch.changed().await.expect("the session lives");
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("{what}: still {:?}", *watch.borrow()))
+}
+
+#[tokio::test]
+async fn the_offered_model_downloads_in_the_background_and_one_click_makes_it_the_one_that_answers()
+{
+    let dir = Dir::new();
+    let server = serving(gguf_file(9), FILE).await;
+    let len = server.body().len() as u64;
+    let session = session_offering(&dir, &server);
+
+    let offer = session.model_offer().expect("only a small model is here");
+    assert_eq!(
+        (offer.name.as_str(), offer.size, offer.state),
+        ("test-3b", len, ModelState::Absent)
+    );
+    let held = len * 2 / 5;
+    server.mode(Mode::HoldAt(held));
+    session.pull_model("test-3b", true).unwrap();
+    let refused = session.pull_model("test-3b", true).unwrap_err().to_string();
+    assert!(refused.contains("one download at a time"), "{refused}");
+    let at = pull_status(
+        &session,
+        "the download reaches 40 %",
+        |s| matches!(s, PullStatus::Downloading { done, .. } if *done == held),
+    )
+    .await;
+    let PullStatus::Downloading { total, .. } = at else {
+        unreachable!()
+    };
+    assert_eq!(total, Some(len));
+    assert!(session.model_offer().is_some(), "a part is not a model");
+
+    server.mode(Mode::Whole);
+    let end = pull_status(&session, "the download ends", |s| {
+        !matches!(
+            s,
+            PullStatus::Downloading { .. } | PullStatus::Checking { .. }
+        )
+    })
+    .await;
+    assert_eq!(
+        end,
+        PullStatus::Done {
+            name: "test-3b".into(),
+            title: "Test 3B Instruct".into(),
+            in_use: true
+        }
+    );
+    assert_eq!(server.ranges(), vec![None], "one request, never resumed");
+    let settings: toml::Value =
+        toml::from_str(&std::fs::read_to_string(dir.path().join("settings.toml")).unwrap())
+            .unwrap();
+    assert_eq!(settings["backend"].as_str(), Some("local"));
+    assert_eq!(settings["local"]["model"].as_str(), Some(FILE));
+    assert_eq!(
+        session.config().local_model_path(),
+        dir.path().join("data/models").join(FILE)
+    );
+    assert_eq!(session.model_offer(), None, "a catalog model is in use");
+    let view = session.models_view().await.unwrap();
+    let listed = view.models.iter().find(|m| m.name == "test-3b").unwrap();
+    assert_eq!(listed.state, ModelState::InUse);
+    let removing = session
+        .remove_model("test-3b")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(removing.contains("answers with"), "{removing}");
+}
+
+#[tokio::test]
+async fn a_download_stopped_from_the_page_keeps_its_part_and_the_next_goes_on_from_there() {
+    let dir = Dir::new();
+    let server = serving(gguf_file(10), FILE).await;
+    let len = server.body().len() as u64;
+    let session = session_offering(&dir, &server);
+    let held = len * 2 / 5;
+    server.mode(Mode::HoldAt(held));
+    session.pull_model("test-3b", false).unwrap();
+    pull_status(
+        &session,
+        "the download reaches 40 %",
+        |s| matches!(s, PullStatus::Downloading { done, .. } if *done == held),
+    )
+    .await;
+    let removing = session
+        .remove_model("test-3b")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(removing.contains("is downloading"), "{removing}");
+    assert!(session.stop_pull());
+    let stopped = pull_status(&session, "the download stops", |s| {
+        matches!(s, PullStatus::Stopped { .. })
+    })
+    .await;
+    assert!(matches!(stopped, PullStatus::Stopped { kept, .. } if kept == held));
+    let view = session.models_view().await.unwrap();
+    assert_eq!(view.models[0].partial, Some(held));
+    assert_eq!(view.models[0].state, ModelState::Absent);
+    assert!(!session.stop_pull(), "nothing runs now");
+
+    server.mode(Mode::Whole);
+    session.pull_model("test-3b", false).unwrap();
+    let end = pull_status(&session, "the download ends", |s| {
+        matches!(s, PullStatus::Done { .. } | PullStatus::Failed { .. })
+    })
+    .await;
+    assert!(
+        matches!(end, PullStatus::Done { in_use: false, .. }),
+        "{end:?}"
+    );
+    assert_eq!(server.ranges()[1], Some(format!("bytes={held}-")));
+    let view = session.models_view().await.unwrap();
+    assert_eq!(view.models[0].state, ModelState::Installed);
+    assert_eq!(view.models[0].partial, None);
+    assert_eq!(
+        session.settings().local.model,
+        jarvis::config::Settings::default().local.model,
+        "downloaded, not put in use"
+    );
+    // Installed but not in use: the offer is made no more (a catalog model is here).
+    assert_eq!(session.model_offer(), None);
+    session.remove_model("test-3b").await.unwrap();
+    assert!(!dir.path().join("data/models").join(FILE).exists());
+}
+
+#[tokio::test]
+async fn not_now_is_remembered_and_the_offer_is_not_made_again() {
+    let dir = Dir::new();
+    let server = serving(gguf_file(11), FILE).await;
+    let session = session_offering(&dir, &server);
+    assert!(session.model_offer().is_some());
+    session.dismiss_model_offer().await.unwrap();
+    assert_eq!(session.model_offer(), None);
+    drop(session);
+    let again = session_offering(&dir, &server);
+    assert_eq!(again.model_offer(), None, "after a restart too");
+    assert!(server.ranges().is_empty(), "nothing was downloaded");
 }

@@ -6,7 +6,10 @@ use jarvis::config::{BackendKind, ListenMode, SpeechModel, Theme, TtsEngine};
 use jarvis::service::{
     Activity, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
 };
-use jarvis::session::{AppInfo, Asked, Endpoint, SettingsForm, SettingsView, StartupProblem};
+use jarvis::session::{
+    AppInfo, Asked, Endpoint, ModelEntry, ModelState, ModelsView, PullStatus, ServedModel,
+    ServerModels, SettingsForm, SettingsView, StartupProblem,
+};
 use jarvis::store::{Chat, Fact, FactOrigin, Record, RecordId, Role, Summary};
 use jarvis::voice::device::Microphones;
 use jarvis::voice::pipeline::Levels;
@@ -136,6 +139,12 @@ fn generated() -> String {
     declare::<FactOrigin>(&cfg, out);
     declare::<Fact>(&cfg, out);
     declare::<Summary>(&cfg, out);
+    declare::<ModelState>(&cfg, out);
+    declare::<ModelEntry>(&cfg, out);
+    declare::<ServedModel>(&cfg, out);
+    declare::<ServerModels>(&cfg, out);
+    declare::<PullStatus>(&cfg, out);
+    declare::<ModelsView>(&cfg, out);
     out.clone()
 }
 

@@ -489,6 +489,9 @@ pub struct DesktopSettings {
     pub shortcut: String,
     /// `system`, `light` or `dark`.
     pub theme: Theme,
+    /// Whether the chat window offers a better model while only a small one is installed
+    /// (off once the user says "Not now").
+    pub model_offer: bool,
 }
 
 impl Default for DesktopSettings {
@@ -496,6 +499,7 @@ impl Default for DesktopSettings {
         DesktopSettings {
             shortcut: "Ctrl+Alt+Space".into(),
             theme: Theme::System,
+            model_offer: true,
         }
     }
 }

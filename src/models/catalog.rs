@@ -4,6 +4,9 @@ use serde::Deserialize;
 
 use super::ModelsError;
 
+/// The variable naming a catalog file to use instead of the app's own.
+pub const CATALOG_VAR: &str = "JARVIS_MODEL_CATALOG";
+
 /// One model of the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +50,22 @@ impl Catalog {
     pub fn builtin() -> Catalog {
         Catalog::parse(include_str!("../../assets/models.toml"))
             .expect("assets/models.toml is checked by a test")
+    }
+
+    /// The catalog in force: the file `JARVIS_MODEL_CATALOG` names (a mirror's, or a test's own
+    /// loopback server's), else the one the app ships.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Catalog, ModelsError> {
+        match env(CATALOG_VAR).filter(|p| !p.is_empty()) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ModelsError::Io {
+                    path: path.clone().into(),
+                    source,
+                })?;
+                Catalog::parse(&text)
+                    .map_err(|e| ModelsError::Catalog(format!("{path} ({CATALOG_VAR}): {e}")))
+            }
+            None => Ok(Catalog::builtin()),
+        }
     }
 
     /// A catalog from its TOML text: each model named once, a file name and not a path, a sha256
@@ -93,6 +112,20 @@ impl Catalog {
             None => with_tools().min_by_key(|m| (m.memory_gb, m.size)),
         }
     }
+}
+
+/// A catalog file's text with one model, `body` served at `url`, as a test writes one for its
+/// own loopback server (memory 1 GiB: every machine's pick; it offers the tools).
+#[cfg(feature = "test-support")]
+pub fn test_catalog(name: &str, title: &str, file: &str, url: &str, body: &[u8]) -> String {
+    use sha2::Digest;
+    let sha256 = super::hex_digest(sha2::Sha256::new_with_prefix(body));
+    format!(
+        "[[model]]\nname = \"{name}\"\ntitle = \"{title}\"\nfile = \"{file}\"\nurl = \"{url}\"\n\
+         size = {}\nsha256 = \"{sha256}\"\nlicence = \"MIT\"\nmemory_gb = 1\ntools = true\n\
+         about = \"A model a test serves.\"\n",
+        body.len()
+    )
 }
 
 /// This machine's memory in GiB (rounded), where the system says.

@@ -10,7 +10,9 @@ mod servers;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-pub use catalog::{machine_memory_gb, Catalog, CatalogModel};
+#[cfg(feature = "test-support")]
+pub use catalog::test_catalog;
+pub use catalog::{machine_memory_gb, Catalog, CatalogModel, CATALOG_VAR};
 pub use download::{part_path, pull, Progress, PullOptions, Source};
 pub use servers::{
     model_servers, offered, running, server_lines, settings_for, split_served, ModelServer,

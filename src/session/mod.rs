@@ -3,6 +3,7 @@
 //! form changes. The desktop's commands translate to it; the core's tests drive it as they are.
 
 pub mod doctor;
+mod models;
 pub mod settings;
 pub mod startup;
 pub mod voice;
@@ -20,6 +21,9 @@ use crate::memory::recall::Recall;
 use crate::service::{blocking, Service, ServiceError, ServiceOptions};
 use crate::store::{ChatId, Store, StoreError};
 
+pub use models::{
+    ModelEntry, ModelState, ModelsView, PullStatus, ServedModel, ServerModels, PROGRESS_EVERY,
+};
 pub use settings::{AppInfo, Applied, Asked, Endpoint, SettingsForm, SettingsView};
 pub use startup::{move_database_aside, StartupProblem};
 pub use voice::{device_parts, PartsMaker, VoiceSupervisor};
@@ -154,6 +158,9 @@ pub enum SessionError {
     /// A store call failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A model could not be listed, downloaded, used or removed.
+    #[error(transparent)]
+    Models(#[from] crate::models::ModelsError),
 }
 
 /// The backend the settings choose, or one that says why it cannot answer (and that reason).
@@ -187,6 +194,8 @@ pub struct Session {
     env: Env,
     /// A question to the OS keyring is on its way (it may never come back).
     keyring_asked: Arc<AtomicBool>,
+    /// Model downloads.
+    pulls: models::Pulls,
 }
 
 impl Session {
@@ -219,6 +228,7 @@ impl Session {
             voice,
             env,
             keyring_asked: Arc::new(AtomicBool::new(false)),
+            pulls: models::Pulls::default(),
         })
     }
 
@@ -389,16 +399,7 @@ impl Session {
             // A problem (a bad file, a missing key) may be fixed now: look again.
             || self.problem().is_some();
         let backend = if backend_changed {
-            // Finding the key may wait on the OS keyring, never for long: the file is written,
-            // so the change is put in force now — on a backend that takes its key once a
-            // keyring that does not answer in time gives it, as at start.
-            let (config, env) = (config.clone(), self.env.clone());
-            let (backend, problem) =
-                tokio::task::spawn_blocking(move || backend_at_start(&config, &env))
-                    .await
-                    .map_err(|_| SessionError::Invalid("finding the key stopped".into()))?;
-            *self.locked_problem() = problem;
-            Some(backend)
+            Some(self.backend_now(&config).await?)
         } else {
             None
         };
@@ -420,6 +421,20 @@ impl Session {
                 .then(|| new.desktop.shortcut.clone()),
             theme: new.desktop.theme,
         })
+    }
+
+    /// The backend `config` chooses, made now (its problem, if any, kept to show). Finding the
+    /// key may wait on the OS keyring, never for long: the file is written, so the change is put
+    /// in force now — on a backend that takes its key once a keyring that does not answer in
+    /// time gives it, as at start.
+    async fn backend_now(&self, config: &Config) -> Result<Arc<dyn Backend>, SessionError> {
+        let (config, env) = (config.clone(), self.env.clone());
+        let (backend, problem) =
+            tokio::task::spawn_blocking(move || backend_at_start(&config, &env))
+                .await
+                .map_err(|_| SessionError::Invalid("finding the key stopped".into()))?;
+        *self.locked_problem() = problem;
+        Ok(backend)
     }
 
     /// A key given for one server is never sent to another unasked: a form that moves a keyed

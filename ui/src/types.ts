@@ -396,3 +396,113 @@ export type Summary = {
   /** The seq of the chat's last record it covers. */
   upto: number,
 };
+
+/** Whether a model file answers now, is installed, or is not here. */
+export type ModelState = "in_use" | "installed" | "absent";
+
+/** A model the Models page lists: one of the catalog's, or a model file of the user's own. */
+export type ModelEntry = {
+  /** What download, use and remove take: the catalog's name, or the file's name. */
+  name: string,
+  /** What the user reads. */
+  title: string,
+  /** The file in the model folder. */
+  file: string,
+  /** Its size in bytes. */
+  size: number,
+  /** Its licence (catalog models). */
+  licence: string | null,
+  /** The memory it wants beside the app, in GiB (catalog models). */
+  memory_gb: number | null,
+  /** Whether it offers Jarvis's tools (catalog models). */
+  tools: boolean | null,
+  /** One sentence on it (catalog models). */
+  about: string | null,
+  /** In use, installed or not here. */
+  state: ModelState,
+  /** Bytes an unfinished download left: the next download goes on from there. */
+  partial: number | null,
+  /** The catalog's pick for this machine's memory. */
+  recommended: boolean,
+};
+
+/** A model a server running here offers. */
+export type ServedModel = {
+  /** Its name on the server. */
+  name: string,
+  /** Whether Jarvis answers with it now. */
+  in_use: boolean,
+};
+
+/** A model server running on this machine (Ollama, LM Studio) and what it offers. */
+export type ServerModels = {
+  /** What the user reads. */
+  title: string,
+  /** Its OpenAI-compatible base URL. */
+  base_url: string,
+  /** Its models. */
+  models: Array<ServedModel>,
+};
+
+/** The download, running or last. */
+export type PullStatus = {
+  "state": "idle"
+} | {
+  "state": "downloading",
+  /** The model's name. */
+  name: string,
+  /** Its title. */
+  title: string,
+  /** Bytes on disk (an earlier download's among them). */
+  done: number,
+  /** The file's size, where known. */
+  total: number | null,
+  /** This download's speed, once it can be told. */
+  bytes_per_second: number | null,
+  /** Seconds until the end at that speed. */
+  seconds_left: number | null,
+} | {
+  "state": "checking",
+  /** The model's name. */
+  name: string,
+  /** Its title. */
+  title: string,
+} | {
+  "state": "done",
+  /** The model's name. */
+  name: string,
+  /** Its title. */
+  title: string,
+  /** Whether Jarvis answers with it now. */
+  in_use: boolean,
+} | {
+  "state": "stopped",
+  /** The model's name. */
+  name: string,
+  /** Its title. */
+  title: string,
+  /** Bytes kept for the next download. */
+  kept: number,
+} | {
+  "state": "failed",
+  /** The model's name. */
+  name: string,
+  /** Its title. */
+  title: string,
+  /** Why. */
+  reason: string,
+};
+
+/** What the Models page shows. */
+export type ModelsView = {
+  /** The catalog's models, then the user's own model files. */
+  models: Array<ModelEntry>,
+  /** The servers found running here. */
+  servers: Array<ServerModels>,
+  /** This machine's memory in GiB, where known. */
+  memory_gb: number | null,
+  /** The model folder. */
+  folder: string,
+  /** The download, running or last. */
+  pull: PullStatus,
+};
