@@ -41,6 +41,15 @@ const COMMANDS: &[&str] = &[
     "delete_summary",
     "set_earlier_conversations",
     "chat_request",
+    "models_view",
+    "model_offer",
+    "dismiss_model_offer",
+    "pull_model",
+    "stop_pull",
+    "watch_pull",
+    "use_model",
+    "use_served_model",
+    "remove_model",
 ];
 
 fn main() {

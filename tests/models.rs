@@ -511,7 +511,12 @@ async fn the_offered_model_downloads_in_the_background_and_one_click_makes_it_th
     );
     let held = len * 2 / 5;
     server.mode(Mode::HoldAt(held));
-    session.pull_model("test-3b", true).unwrap();
+    // Asked from a thread outside the runtime, as a shell's main thread asks.
+    let asking = session.clone();
+    std::thread::spawn(move || asking.pull_model("test-3b", true))
+        .join()
+        .unwrap()
+        .unwrap();
     let refused = session.pull_model("test-3b", true).unwrap_err().to_string();
     assert!(refused.contains("one download at a time"), "{refused}");
     let at = pull_status(

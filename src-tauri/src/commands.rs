@@ -2,7 +2,9 @@
 //! attach commands start a forwarding task that ends when the window detaches.
 
 use jarvis::service::{Activity, ListenMode, VoiceTicket, VoiceUpdate};
-use jarvis::session::{AppInfo, Asked, SettingsForm, SettingsView, StartupProblem};
+use jarvis::session::{
+    AppInfo, Asked, ModelEntry, ModelsView, PullStatus, SettingsForm, SettingsView, StartupProblem,
+};
 use jarvis::store::{Chat, Record};
 use jarvis::{ChatId, Event, ReplyId};
 use serde::Serialize;
@@ -71,6 +73,15 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         delete_summary,
         set_earlier_conversations,
         chat_request,
+        models_view,
+        model_offer,
+        dismiss_model_offer,
+        pull_model,
+        stop_pull,
+        watch_pull,
+        use_model,
+        use_served_model,
+        remove_model,
     ]
 }
 
@@ -601,4 +612,74 @@ mod tests {
         assert_eq!(link_to_open("file:///etc/passwd"), None);
         assert_eq!(link_to_open("javascript:alert(1)"), None);
     }
+}
+
+/// What the Models page shows (the servers running here are asked what they offer).
+#[tauri::command]
+async fn models_view(state: State<'_, AppState>) -> Res<ModelsView> {
+    Ok(state.session.models_view().await?)
+}
+
+/// The better model the chat window offers, while only a small one answers.
+#[tauri::command]
+fn model_offer(state: State<'_, AppState>) -> Option<ModelEntry> {
+    state.session.model_offer()
+}
+
+/// "Not now": the offer is not made again.
+#[tauri::command]
+async fn dismiss_model_offer(state: State<'_, AppState>) -> Res<()> {
+    Ok(state.session.dismiss_model_offer().await?)
+}
+
+/// Starts downloading a catalog model (and, with `then_use`, answering with it once it is
+/// here); the download runs on while windows close.
+#[tauri::command]
+fn pull_model(state: State<'_, AppState>, name: String, then_use: bool) -> Res<()> {
+    Ok(state.session.pull_model(&name, then_use)?)
+}
+
+/// Stops the running download; what came is kept for the next.
+#[tauri::command]
+fn stop_pull(state: State<'_, AppState>) -> bool {
+    state.session.stop_pull()
+}
+
+/// Streams the download's status: the latest now, then at most every tenth of a second.
+#[tauri::command]
+async fn watch_pull(
+    window: WebviewWindow,
+    state: State<'_, AppState>,
+    on_change: Channel<PullStatus>,
+) -> Res<()> {
+    let mut pull = state.session.watch_pull();
+    let task = tauri::async_runtime::spawn(async move {
+        loop {
+            let now = pull.borrow_and_update().clone();
+            if on_change.send(now).is_err() || pull.changed().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(jarvis::session::PROGRESS_EVERY).await;
+        }
+    });
+    state.forward(window.label(), "pull", task);
+    Ok(())
+}
+
+/// Makes an installed model the one that answers (the local backend).
+#[tauri::command]
+async fn use_model(state: State<'_, AppState>, name: String) -> Res<()> {
+    Ok(state.session.use_model(&name).await?)
+}
+
+/// Makes a model of a server running here the one that answers.
+#[tauri::command]
+async fn use_served_model(state: State<'_, AppState>, base_url: String, model: String) -> Res<()> {
+    Ok(state.session.use_served(&base_url, &model).await?)
+}
+
+/// Removes a model file (never the one that answers).
+#[tauri::command]
+async fn remove_model(state: State<'_, AppState>, name: String) -> Res<()> {
+    Ok(state.session.remove_model(&name).await?)
 }

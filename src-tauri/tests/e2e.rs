@@ -1343,3 +1343,169 @@ async fn a_damaged_database_opens_the_chat_window_with_the_reason_and_moving_it_
     );
     app.quit().await;
 }
+
+/// Issue 17 items 1–3: while only the small model answers, the chat window offers the machine's
+/// pick; one click downloads it with a progress bar that moves as the bytes come (a loopback
+/// server of the test's own, held at 40 %), the Models page in Settings shows the same download,
+/// stops it keeping what came, and the offer resumes it from there and makes it the model that
+/// answers. The page then lists a server running here (the stub, as Ollama) and switches to it.
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn the_offered_model_downloads_with_a_progress_bar_stops_resumes_and_answers() {
+    const FILE: &str = "test-3b-q4_k_m.gguf";
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    stub.set_models(&["qwen2.5:3b"]);
+    let mut body = b"GGUF\x03\0\0\0".to_vec();
+    body.extend((0u32..3 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    let len = body.len() as u64;
+    let server = jarvis_stub::files::FileServer::start(body, FILE)
+        .await
+        .unwrap();
+    let held = len * 2 / 5;
+    server.mode(jarvis_stub::files::Mode::HoldAt(held));
+    let mut data = Data::new();
+    let catalog = data.path().join("catalog.toml");
+    std::fs::write(
+        &catalog,
+        jarvis::models::test_catalog(
+            "test-3b",
+            "Test 3B Instruct",
+            FILE,
+            server.url(),
+            server.body(),
+        ),
+    )
+    .unwrap();
+    std::fs::write(data.path().join("settings.toml"), "backend = \"local\"\n").unwrap();
+    data.set_env("JARVIS_MODEL_CATALOG", &catalog.display().to_string());
+    data.set_env(
+        "JARVIS_MODEL_SERVERS",
+        &format!("ollama={}", stub.openai_url()),
+    );
+    let app = App::start_chat_only(&stub, &data).await;
+    app.chat_window().await;
+
+    let offer = app
+        .wait_for("the offer", |app| async move {
+            let text = app.text("#offer-text").await;
+            (app.visible("#model-offer").await && !text.is_empty()).then_some(text)
+        })
+        .await;
+    assert!(
+        offer.contains("answering with SmolLM2-135M-Instruct.Q4_1.gguf")
+            && offer.contains("Test 3B Instruct (3 MB, MIT)"),
+        "{offer}"
+    );
+    app.click("#offer-get").await;
+    let bar = "return document.getElementById('offer-bar').value";
+    let progress = app
+        .wait_for("the bar at 40 %", |app| async move {
+            let value = app.eval(bar).await.as_f64().unwrap_or(0.0);
+            ((value - 0.4).abs() < 0.01).then_some(app.text("#offer-progress-text").await)
+        })
+        .await;
+    assert!(
+        progress.starts_with("Downloading Test 3B Instruct: 1 MB of 3 MB"),
+        "{progress}"
+    );
+    assert!(app.visible("#offer-stop").await && !app.visible("#offer-get").await);
+    app.screenshots("model-offer-downloading").await;
+
+    // The Models page, from Settings, shows the same download; Stop keeps what came.
+    app.click("#open-settings").await;
+    app.click("#open-models").await;
+    app.wait_for("the page's list and bar", |app| async move {
+        let value = app
+            .eval("return document.getElementById('pull-bar').value")
+            .await
+            .as_f64()
+            .unwrap_or(0.0);
+        let state = app
+            .attr("#model-list [data-name='test-3b']", "data-state")
+            .await;
+        ((value - 0.4).abs() < 0.01 && state == "absent").then_some(())
+    })
+    .await;
+    let download = "#model-list [data-name='test-3b'] button.download";
+    assert_eq!(
+        app.eval(&format!(
+            "return document.querySelector(\"{download}\").disabled"
+        ))
+        .await,
+        serde_json::json!(true),
+        "one download at a time"
+    );
+    let served = app
+        .wait_for("the server running here", |app| async move {
+            let text = app.text("#server-list [data-name='qwen2.5:3b']").await;
+            (!text.is_empty()).then_some(text)
+        })
+        .await;
+    assert!(served.contains("Ollama"), "{served}");
+    app.screenshots("models-page-downloading").await;
+    assert_eq!(app.text(download).await, "Downloading…");
+    app.click("#pull-stop").await;
+    app.wait_for(
+        "the download stopped, to resume from 40 %",
+        |app| async move { (app.text(download).await == "Resume (40 %)").then_some(()) },
+    )
+    .await;
+    assert!(
+        app.text("#pull-text")
+            .await
+            .contains("download stopped; 1 MB kept"),
+        "{}",
+        app.text("#pull-text").await
+    );
+    app.click("#models-close").await;
+
+    // The offer resumes it from there and puts it in use.
+    server.mode(jarvis_stub::files::Mode::Whole);
+    app.wait_for("the offer's Resume", |app| async move {
+        (app.text("#offer-get").await == "Resume").then_some(())
+    })
+    .await;
+    app.click("#offer-get").await;
+    app.wait_for("the model answering", |app| async move {
+        let said = app.text("#offer-progress-text").await;
+        (said.contains("Jarvis now answers with it")
+            && app.text("#backend-label").await == format!("local · {FILE}"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(
+        server.ranges(),
+        vec![None, Some(format!("bytes={held}-"))],
+        "resumed, not downloaded again"
+    );
+    let settings = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(
+        settings.contains(&format!("model = \"{FILE}\"")),
+        "{settings}"
+    );
+    app.screenshots("model-offer-done").await;
+
+    // The page says it is in use, and switches to the server's model in one step.
+    app.click("#open-settings").await;
+    app.click("#open-models").await;
+    app.wait_for("the model in use", |app| async move {
+        (app.attr("#model-list [data-name='test-3b']", "data-state")
+            .await
+            == "in_use")
+            .then_some(())
+    })
+    .await;
+    app.click("#server-list [data-name='qwen2.5:3b'] button")
+        .await;
+    app.wait_for("the served model answering", |app| async move {
+        (app.text("#backend-label").await == "openai · qwen2.5:3b"
+            && app
+                .text("#server-list [data-name='qwen2.5:3b']")
+                .await
+                .contains("In use"))
+        .then_some(())
+    })
+    .await;
+    app.quit().await;
+}

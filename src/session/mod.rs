@@ -196,6 +196,9 @@ pub struct Session {
     keyring_asked: Arc<AtomicBool>,
     /// Model downloads.
     pulls: models::Pulls,
+    /// The runtime the session started on, which its background work runs on (a shell may
+    /// call in from a thread of its own).
+    runtime: tokio::runtime::Handle,
 }
 
 impl Session {
@@ -229,6 +232,7 @@ impl Session {
             env,
             keyring_asked: Arc::new(AtomicBool::new(false)),
             pulls: models::Pulls::default(),
+            runtime: tokio::runtime::Handle::current(),
         })
     }
 

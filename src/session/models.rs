@@ -339,7 +339,7 @@ impl Session {
         let source = models::source_for(&catalog, &model.name, None)?;
         let dir = self.config().model_dir();
         let session = self.clone();
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             let (name, title) = (model.name.clone(), model.title.clone());
             let status = &session.pulls.status;
             let installed = dir.join(&source.file);

@@ -12,6 +12,9 @@ import type {
   Levels,
   ListenMode,
   MicrophoneList,
+  ModelEntry,
+  ModelsView,
+  PullStatus,
   ReplyEvent,
   SettingsForm,
   SettingsView,
@@ -84,6 +87,19 @@ export const api = {
   deleteSummary: (chat: number) => invoke<boolean>("delete_summary", { chat }),
   setEarlierConversations: (on: boolean) => invoke<void>("set_earlier_conversations", { on }),
   chatRequest: (chat: number | null, text: string) => invoke<unknown>("chat_request", { chat, text }),
+  modelsView: () => invoke<ModelsView>("models_view"),
+  modelOffer: () => invoke<ModelEntry | null>("model_offer"),
+  dismissModelOffer: () => invoke<void>("dismiss_model_offer"),
+  pullModel: (name: string, thenUse: boolean) => invoke<void>("pull_model", { name, thenUse }),
+  stopPull: () => invoke<boolean>("stop_pull"),
+  watchPull: (onChange: (s: PullStatus) => void) => {
+    const channel = new Channel<PullStatus>();
+    channel.onmessage = onChange;
+    return invoke<void>("watch_pull", { onChange: channel });
+  },
+  useModel: (name: string) => invoke<void>("use_model", { name }),
+  useServedModel: (baseUrl: string, model: string) => invoke<void>("use_served_model", { baseUrl, model }),
+  removeModel: (name: string) => invoke<void>("remove_model", { name }),
 };
 
 /** Runs `handler` whenever the app asks this page to attach again (its window was shown). */

@@ -17,6 +17,7 @@ import { h, byId } from "./dom";
 import { showReply, whenMarkdown } from "./lazyMarkdown";
 import { linkTarget } from "./links";
 import { wireMemory, wireRequestView } from "./memoryPanel";
+import { openModels, refreshOffer, watchDownloads, wireModels } from "./modelsPanel";
 import { openSettings, wireSettings } from "./settingsForm";
 import { showStartupProblem } from "./startupProblem";
 import { applyTheme } from "./theme";
@@ -79,10 +80,17 @@ async function init(): Promise<void> {
       void select(null);
     }
   });
-  wireSettings(async () => {
+  const backendChanged = async () => {
     const info = await api.appInfo();
     showInfo(info.backend, info.model, info.problem);
+    await refreshOffer(info.model);
+  };
+  wireSettings(backendChanged);
+  byId("open-models").addEventListener("click", () => {
+    byId<HTMLDialogElement>("settings").close();
+    void openModels();
   });
+  wireModels(backendChanged);
   await onAttachAgain(() => void attachAll());
   await onOpenSettings(() => void openSettings());
   await onThemeChanged((theme) => applyTheme(theme));
@@ -91,6 +99,7 @@ async function init(): Promise<void> {
     const info = await api.appInfo();
     applyTheme(info.theme);
     showInfo(info.backend, info.model, info.problem);
+    await refreshOffer(info.model);
   } catch (err) {
     showProblem(message(err));
   }
@@ -108,9 +117,10 @@ function showProblem(text: string | null): void {
   problem.textContent = text ? `${text}` : "";
 }
 
-/** Attaches (again): the activity, the chat list, and the open chat from its reply's first event. */
+/** Attaches (again): the activity, the model download, the chat list, and the open chat from its reply's first event. */
 async function attachAll(first = false): Promise<void> {
   await api.watchActivity(onActivity).catch((err) => showProblem(message(err)));
+  await watchDownloads().catch((err) => showProblem(message(err)));
   await refreshChats();
   if (first) {
     await select(chats[0]?.id ?? null);
