@@ -73,6 +73,7 @@ async fn bare(stub: &Stub, backend: &Arc<dyn Backend>) -> Round {
         model: "m".into(),
         max_tokens: 10,
         housekeeping: false,
+        prefill: false,
     };
     let mut stream = backend.stream(request);
     let mut received = Vec::with_capacity(DELTAS);

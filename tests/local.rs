@@ -372,3 +372,70 @@ async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
     assert!(!answer.text().await.unwrap().is_empty());
     drop(idle);
 }
+
+/// Issue 17 item 4: the warm-up Jarvis sends when a chat is opened (the system prompt, the
+/// history and the tools, marked `jarvis_prefill`) writes nothing, and the question that follows
+/// finds every one of those tokens in the server's cache.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_up_writes_nothing_and_the_next_question_finds_its_prompt_cached() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const TOKEN: &str = "the-warm-up-token";
+    let mut command = tokio::process::Command::new(llm_server());
+    command
+        .arg("--model")
+        .arg(local_model())
+        .arg("--exit-with-stdin");
+    let (_server, base) = start_llm_server(command, TOKEN).await;
+    let client = reqwest::Client::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        jarvis::store::Store::open(&dir.path().join("j.db"), Duration::from_secs(5)).unwrap();
+    let chat = store.create_chat("Dogs").unwrap();
+    store.add_fact("My dog is called Bruno.", None).unwrap();
+    let rules = jarvis::prompt::RULES;
+    let warm =
+        jarvis::prompt::warm_request(&store, Some(chat.id), "Ada", rules, "local", 64).unwrap();
+    assert!(warm.prefill && warm.messages.is_empty() && !warm.tools.is_empty());
+    let wire = jarvis::llm::local::wire_settings(
+        &jarvis::config::Settings::default().local,
+        &local_model(),
+        base.clone(),
+    );
+    let send = |body: serde_json::Value| {
+        let request = client
+            .post(format!("{base}/chat/completions"))
+            .bearer_auth(TOKEN)
+            .json(&body);
+        async move {
+            let answer: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+            answer
+        }
+    };
+    let mut body = jarvis::llm::openai::body(&warm, &wire);
+    body["stream"] = serde_json::json!(false);
+    let warmed = send(body).await;
+    assert_eq!(warmed["choices"][0]["message"]["content"], "", "{warmed}");
+    assert_eq!(warmed["usage"]["completion_tokens"], 0, "{warmed}");
+    let processed = warmed["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(processed > 200, "the rules and the profile: {warmed}");
+
+    // The question, as a reply assembles it: everything before it comes from the cache.
+    let mut asked =
+        jarvis::prompt::warm_request(&store, Some(chat.id), "Ada", rules, "local", 8).unwrap();
+    asked.prefill = false;
+    asked.messages.push(jarvis::llm::Message::text(
+        jarvis::llm::MessageRole::User,
+        "What is my dog called?",
+    ));
+    let mut body = jarvis::llm::openai::body(&asked, &wire);
+    body["stream"] = serde_json::json!(false);
+    let answered = send(body).await;
+    let cached = answered["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    // All but the assistant header the warm-up's prompt ended with.
+    assert!(
+        cached + 3 >= processed && cached < processed,
+        "{cached} of {processed} cached: {answered}"
+    );
+}

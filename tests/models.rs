@@ -453,6 +453,16 @@ async fn a_model_of_a_server_running_here_is_listed_and_one_use_makes_jarvis_ans
 /// A session whose catalog is one model served by `server` and whose local model is the small
 /// one the app starts with (not installed here).
 fn session_offering(dir: &Dir, server: &FileServer) -> std::sync::Arc<jarvis::session::Session> {
+    session_offering_with(dir, server, None)
+}
+
+/// As [`session_offering`], with `JARVIS_MODEL` set to `model` where given.
+fn session_offering_with(
+    dir: &Dir,
+    server: &FileServer,
+    model: Option<&str>,
+) -> std::sync::Arc<jarvis::session::Session> {
+    let model = model.map(str::to_string);
     let catalog = dir.path().join("catalog.toml");
     let body = models::test_catalog(
         "test-3b",
@@ -470,6 +480,7 @@ fn session_offering(dir: &Dir, server: &FileServer) -> std::sync::Arc<jarvis::se
         "JARVIS_DATA_DIR" => Some(data.display().to_string()),
         "JARVIS_MODEL_CATALOG" => Some(catalog.display().to_string()),
         "JARVIS_MODEL_SERVERS" => Some(String::new()),
+        "JARVIS_MODEL" => model.clone(),
         _ => None,
     });
     let session = jarvis::session::Session::open(env, jarvis::session::device_parts()).unwrap();
@@ -544,7 +555,8 @@ async fn the_offered_model_downloads_in_the_background_and_one_click_makes_it_th
         PullStatus::Done {
             name: "test-3b".into(),
             title: "Test 3B Instruct".into(),
-            in_use: true
+            in_use: true,
+            not_used: None,
         }
     );
     assert_eq!(server.ranges(), vec![None], "one request, never resumed");
@@ -638,4 +650,53 @@ async fn not_now_is_remembered_and_the_offer_is_not_made_again() {
     let again = session_offering(&dir, &server);
     assert_eq!(again.model_offer(), None, "after a restart too");
     assert!(server.ranges().is_empty(), "nothing was downloaded");
+}
+
+#[tokio::test]
+async fn a_model_chosen_while_the_offered_one_downloads_is_kept_and_the_environment_is_never_overruled(
+) {
+    let dir = Dir::new();
+    let server = serving(gguf_file(12), FILE).await;
+    let len = server.body().len() as u64;
+    let session = session_offering(&dir, &server);
+    let models_dir = dir.path().join("data/models");
+    std::fs::create_dir_all(&models_dir).unwrap();
+    std::fs::write(models_dir.join("mine.gguf"), gguf_file(13)).unwrap();
+    server.mode(Mode::HoldAt(len / 2));
+    session.pull_model("test-3b", true).unwrap();
+    pull_status(
+        &session,
+        "the download held",
+        |s| matches!(s, PullStatus::Downloading { done, .. } if *done == len / 2),
+    )
+    .await;
+    // The user picks a model of their own meanwhile: the download ending does not undo it.
+    session.use_model("mine.gguf").await.unwrap();
+    server.mode(Mode::Whole);
+    let end = pull_status(&session, "the download ends", |s| {
+        matches!(s, PullStatus::Done { .. } | PullStatus::Failed { .. })
+    })
+    .await;
+    assert_eq!(
+        end,
+        PullStatus::Done {
+            name: "test-3b".into(),
+            title: "Test 3B Instruct".into(),
+            in_use: false,
+            not_used: Some("another model was chosen meanwhile".into()),
+        }
+    );
+    assert_eq!(session.settings().local.model, "mine.gguf");
+    drop(session);
+
+    // Where JARVIS_MODEL decides, "use" changes nothing and says why.
+    let session = session_offering_with(&dir, &server, Some("mine.gguf"));
+    let before = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
+    let refused = session.use_model("test-3b").await.unwrap_err().to_string();
+    assert!(refused.contains("the environment decides"), "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("settings.toml")).unwrap(),
+        before
+    );
+    assert_eq!(session.settings().local.model, "mine.gguf");
 }

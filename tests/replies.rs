@@ -547,3 +547,94 @@ async fn an_end_stored_while_another_process_locks_the_database_names_the_lock_a
         "in the order they were said"
     );
 }
+
+/// A backend that keeps every request it is sent and answers each with "Answered."; `prefills`:
+/// it keeps a prompt's processing between requests, as the local model server does.
+struct Recording {
+    requests: std::sync::Arc<std::sync::Mutex<Vec<jarvis::llm::Request>>>,
+    prefills: bool,
+}
+
+impl jarvis::llm::Backend for Recording {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Local
+    }
+    fn model(&self) -> &str {
+        "recording"
+    }
+    fn max_tokens(&self) -> u32 {
+        64
+    }
+    fn max_concurrent(&self) -> usize {
+        1
+    }
+    fn stream(&self, request: jarvis::llm::Request) -> jarvis::llm::EventStream {
+        use jarvis::llm::{LlmEvent, StopReason};
+        let warm = request.prefill;
+        self.requests.lock().unwrap().push(request);
+        let mut events = Vec::new();
+        if !warm {
+            events.push(Ok(LlmEvent::TextDelta {
+                text: "Answered.".into(),
+            }));
+        }
+        events.push(Ok(LlmEvent::Stop {
+            reason: StopReason::EndTurn,
+        }));
+        Box::pin(futures::stream::iter(events))
+    }
+    fn prefills(&self) -> bool {
+        self.prefills
+    }
+}
+
+/// Issue 17 item 4: opening a chat warms a backend that keeps a prompt's processing (the local
+/// model) with exactly the request its next question will be sent with, up to the question —
+/// the same system prompt, history and tools — so that question's first token comes from the
+/// cache; a backend that keeps nothing (a remote API) is never sent a warm-up.
+#[tokio::test]
+async fn opening_a_chat_warms_the_local_model_with_the_next_question_s_request_up_to_the_question()
+{
+    for prefills in [true, false] {
+        let dir = Dir::new();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let backend = std::sync::Arc::new(Recording {
+            requests: requests.clone(),
+            prefills,
+        });
+        let options = jarvis::ServiceOptions::from_settings(&jarvis::config::Settings::default());
+        let service = jarvis::Service::start(dir.store(), backend, options);
+        let (chat, reply, mut attachment) = ask_new(&service, "My dog is called Bruno.").await;
+        until_end(&mut attachment, reply).await;
+        let sent = || requests.lock().unwrap().len();
+        eventually("the first question sent", || sent() == 1).await;
+
+        service.warm(Some(chat)).await.unwrap();
+        if prefills {
+            eventually("the warm-up sent", || sent() == 2).await;
+        }
+        let reply = service.ask(chat, "What is my dog called?").await.unwrap();
+        until_end(&mut attachment, reply).await;
+        let requests = requests.lock().unwrap().clone();
+        if !prefills {
+            assert_eq!(
+                requests.len(),
+                2,
+                "no warm-up for a backend that keeps nothing"
+            );
+            assert!(requests.iter().all(|r| !r.prefill));
+            continue;
+        }
+        assert_eq!(requests.len(), 3);
+        let (warm, asked) = (&requests[1], &requests[2]);
+        assert!(warm.prefill && !asked.prefill);
+        assert_eq!(warm.system, asked.system);
+        assert_eq!(warm.tools, asked.tools);
+        assert_eq!(
+            warm.messages[..],
+            asked.messages[..asked.messages.len() - 1],
+            "the history, as the question's request has it"
+        );
+        assert_eq!(warm.messages.len(), 2, "the first question and its answer");
+    }
+}

@@ -130,6 +130,7 @@ fn env_for(dir: &Dir) -> Env {
         "ANTHROPIC_API_KEY" => Some("sk-ant-for-the-first-host".into()),
         "JARVIS_CONFIG" => Some(config.display().to_string()),
         "JARVIS_DATA_DIR" => Some(data.display().to_string()),
+        "XDG_CONFIG_HOME" => Some(data.join("config").display().to_string()),
         _ => None,
     })
 }
@@ -174,6 +175,7 @@ fn form_of(settings: &Settings) -> SettingsForm {
         input_device: settings.voice.input_device.clone(),
         rules: settings.profile.rules.clone(),
         theme: settings.desktop.theme,
+        start_at_login: settings.desktop.start_at_login,
     }
 }
 
@@ -786,4 +788,64 @@ async fn words_begun_while_the_new_voice_loop_loads_are_heard_by_the_old_one() {
     assert_weather_asked(&rig);
     rig.until("the new loop", || rig.maker.builds().len() == 2)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_at_login_writes_an_autostart_entry_starting_jarvis_hidden_and_off_removes_it() {
+    let rig = rig().await;
+    let entry = rig.dir.path().join("config/autostart/jarvis.desktop");
+    let mut form = rig.form();
+    form.start_at_login = true;
+    rig.session.apply(form).await.unwrap();
+    let text = std::fs::read_to_string(&entry).expect("the entry is written");
+    let exe = std::env::current_exe().unwrap();
+    assert!(
+        text.contains(&format!("\nExec=\"{}\" --start-hidden\n", exe.display())),
+        "{text}"
+    );
+    let checked = std::process::Command::new("desktop-file-validate")
+        .arg(&entry)
+        .output()
+        .expect("desktop-file-validate (apt-get install desktop-file-utils)");
+    assert!(
+        checked.status.success() && checked.stdout.is_empty(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(rig.session.view().await.start_at_login);
+    assert!(
+        rig.file().contains("start_at_login = true"),
+        "{}",
+        rig.file()
+    );
+
+    let mut form = rig.form();
+    form.start_at_login = false;
+    rig.session.apply(form).await.unwrap();
+    assert!(!entry.exists(), "turned off, the entry is gone");
+
+    // Off before and off now: an entry the user made by hand is theirs.
+    std::fs::write(
+        &entry,
+        "[Desktop Entry]\nType=Application\nName=Mine\nExec=mine\n",
+    )
+    .unwrap();
+    rig.session.apply(rig.form()).await.unwrap();
+    assert!(entry.exists());
+
+    // Where the entry cannot be written, the setting is not saved either.
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::remove_dir(entry.parent().unwrap()).unwrap();
+    std::fs::write(entry.parent().unwrap(), "a file where the folder goes").unwrap();
+    let mut form = rig.form();
+    form.start_at_login = true;
+    let err = rig.session.apply(form).await.unwrap_err().to_string();
+    assert!(err.contains("cannot write the autostart entry"), "{err}");
+    assert!(!rig.session.settings().desktop.start_at_login);
+    assert!(
+        rig.file().contains("start_at_login = false"),
+        "{}",
+        rig.file()
+    );
 }

@@ -270,6 +270,11 @@ struct ChatRequest {
     /// conversation held in the cache instead of over it.
     #[serde(default)]
     jarvis_housekeeping: bool,
+    /// Jarvis's warm-up: the prompt is processed into the cache and nothing is written, so the
+    /// next question that begins with the same words (the system prompt, a chat's history)
+    /// takes them from the cache.
+    #[serde(default)]
+    jarvis_prefill: bool,
 }
 
 #[derive(Deserialize)]
@@ -370,11 +375,15 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         temperature: request.temperature.unwrap_or(0.7),
         top_p: request.top_p.unwrap_or(0.9),
         seed: request.seed.unwrap_or_else(rand_seed),
-        max_tokens: request
-            .max_tokens
-            .or(request.max_completion_tokens)
-            .unwrap_or(512)
-            .max(1),
+        max_tokens: if request.jarvis_prefill {
+            0
+        } else {
+            request
+                .max_tokens
+                .or(request.max_completion_tokens)
+                .unwrap_or(512)
+                .max(1)
+        },
     };
     let (out, mut answers) = tokio::sync::mpsc::channel(64);
     let cancel = Arc::new(AtomicBool::new(false));
@@ -403,8 +412,8 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
                 Out::Done {
                     finish,
                     prompt_tokens,
+                    cached_tokens,
                     completion_tokens,
-                    ..
                 } => {
                     drop(guard);
                     let (text, calls) = match reader {
@@ -430,7 +439,8 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
                         "id": "chatcmpl-local", "object": "chat.completion", "model": model,
                         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                  "total_tokens": prompt_tokens + completion_tokens},
+                                  "total_tokens": prompt_tokens + completion_tokens,
+                                  "prompt_tokens_details": {"cached_tokens": cached_tokens}},
                     }))
                     .into_response();
                 }

@@ -86,6 +86,12 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
         .setup(move |app| {
             crate::milestone_at("setup");
             crate::tray::build(app.handle())?;
+            let hidden = std::env::args().any(|a| a == session::autostart::START_HIDDEN);
+            crate::windows::show_at_start(app.handle(), hidden);
+            if hidden {
+                // The chat page may not load unshown: what its loading starts starts now.
+                crate::commands::chat_window_ready(app.handle());
+            }
             if let Some(action) = Action::from_args(&std::env::args().collect::<Vec<_>>()) {
                 crate::tray::perform(app.handle(), action);
             }
@@ -129,6 +135,11 @@ fn unusable_database(
         .plugin(navigation_guard())
         .manage(Startup(Some(problem), keys))
         .invoke_handler(crate::commands::handler())
+        .setup(|app| {
+            // Never hidden: this window is the reason and the way out.
+            crate::windows::show_at_start(app.handle(), false);
+            Ok(())
+        })
         .build(tauri::generate_context!("../tauri.conf.json"))
         .context("cannot start the desktop app")?
         // Closing the window ends it: there is no tray to stay in.

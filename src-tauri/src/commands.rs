@@ -149,7 +149,7 @@ async fn list_chats(app: AppHandle, state: State<'_, AppState>) -> Res<Vec<Chat>
 /// started. The first two hold the main thread (a new webview starts its WebKit process;
 /// grabbing a key takes ~100 ms), on which the chat page's first calls wait: done during
 /// start-up they delayed the chat window by 0.5 s each (measured).
-fn chat_window_ready(app: &AppHandle) {
+pub fn chat_window_ready(app: &AppHandle) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let handle = app.clone();
@@ -166,7 +166,18 @@ fn chat_window_ready(app: &AppHandle) {
             }
         });
         let session = app.state::<AppState>().session.clone();
-        tauri::async_runtime::spawn(async move { session.start_voice().await });
+        // A new chat's first question: the system prompt is made ready (a chat the page opens
+        // replaces this with its own history, which begins the same way) — not while Jarvis
+        // waits hidden at login, where the model would hold memory nobody asked for yet.
+        let shown = app
+            .get_webview_window(windows::CHAT)
+            .is_some_and(|w| w.is_visible().unwrap_or(false));
+        tauri::async_runtime::spawn(async move {
+            if shown {
+                session.warm(None).await;
+            }
+            session.start_voice().await
+        });
     });
 }
 
@@ -229,6 +240,11 @@ async fn attach_chat(
         }
     });
     state.forward(window.label(), "chat", task);
+    // The chat shown is the one likely asked next: its history is made ready (not by a page
+    // loaded unshown, as at login).
+    if window.is_visible().unwrap_or(false) {
+        state.session.warm(Some(chat)).await;
+    }
     Ok(())
 }
 

@@ -28,6 +28,7 @@ pub fn hide(app: &AppHandle, label: &str) {
     let state = app.state::<AppState>();
     state.detach(label);
     if label == ORB {
+        remember_orb_hidden(app, true);
         // A hidden orb holds no open microphone (unless the wake word is kept on while hidden).
         let service = state.service.clone();
         tauri::async_runtime::spawn(async move {
@@ -51,6 +52,7 @@ pub fn show(app: &AppHandle, label: &str) {
     if label == CHAT {
         let _ = window.set_focus();
     } else if label == ORB {
+        remember_orb_hidden(app, false);
         let service = app.state::<AppState>().service.clone();
         tauri::async_runtime::spawn(async move {
             let _ = service.set_orb_shown(true).await;
@@ -58,6 +60,47 @@ pub fn show(app: &AppHandle, label: &str) {
     }
     if !was_visible {
         let _ = app.emit_to(label, ATTACH_AGAIN, ());
+    }
+}
+
+/// Where the app keeps that the orb was hidden: the next start makes it hidden (the orb shows
+/// only if it was showing when Jarvis last quit).
+fn orb_hidden_marker(app: &AppHandle) -> Option<std::path::PathBuf> {
+    app.path()
+        .app_config_dir()
+        .ok()
+        .map(|dir| dir.join("orb-hidden"))
+}
+
+fn remember_orb_hidden(app: &AppHandle, hidden: bool) {
+    let Some(marker) = orb_hidden_marker(app) else {
+        return;
+    };
+    let kept = if hidden {
+        marker
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&marker, b""))
+    } else {
+        match std::fs::remove_file(&marker) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+            _ => Ok(()),
+        }
+    };
+    if let Err(err) = kept {
+        tracing::warn!(%err, "cannot keep whether the orb is hidden");
+    }
+}
+
+/// Shows the chat window at start, unless Jarvis starts hidden (at login, in the tray).
+pub fn show_at_start(app: &AppHandle, hidden: bool) {
+    if !hidden {
+        if let Some(window) = app.get_webview_window(CHAT) {
+            if let Err(err) = window.show() {
+                tracing::warn!(%err, "cannot show the chat window");
+            }
+            let _ = window.set_focus();
+        }
     }
 }
 
@@ -122,8 +165,20 @@ pub fn create_orb(app: &AppHandle) {
     else {
         return;
     };
-    match tauri::WebviewWindowBuilder::from_config(app, &config).and_then(|b| b.build()) {
+    // Hidden when Jarvis last quit: made hidden, holding no microphone.
+    let hidden = orb_hidden_marker(app).is_some_and(|m| m.exists());
+    let built = tauri::WebviewWindowBuilder::from_config(app, &config)
+        .and_then(|b| b.visible(!hidden).build());
+    match built {
         Ok(_) => place_orb_first_time(app),
         Err(err) => tracing::error!(%err, "cannot make the orb"),
+    }
+    if hidden {
+        let service = app.state::<AppState>().service.clone();
+        tauri::async_runtime::spawn(async move {
+            if let Err(err) = service.set_orb_shown(false).await {
+                tracing::warn!(%err, "cannot tell the service the orb is hidden");
+            }
+        });
     }
 }

@@ -1509,3 +1509,58 @@ async fn the_offered_model_downloads_with_a_progress_bar_stops_resumes_and_answe
     .await;
     app.quit().await;
 }
+
+/// Issue 17 item 6: started as the autostart entry starts it (`--start-hidden`), Jarvis shows no
+/// chat window and runs in the tray — the tray's Show chat brings the chats up — and the orb
+/// shows only if it was showing when Jarvis last quit.
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn started_hidden_at_login_jarvis_waits_in_the_tray_with_the_orb_as_it_was_left() {
+    let _one = one_app_at_a_time().await;
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    data.store().create_chat("Kept from yesterday").unwrap();
+
+    // Showing when Jarvis last quit: the orb shows, the chat window does not.
+    let app = App::start_hidden(&stub, &data).await;
+    app.wait_for("the orb shown", |_| async {
+        window_mapped("Jarvis orb").then_some(())
+    })
+    .await;
+    assert!(!window_mapped("Jarvis"), "no chat window at login");
+    // The tray's Show chat (the same path as a second start's action) lists the chats.
+    app.action("show-chat").await;
+    app.chat_window().await;
+    app.wait_for("the chats listed", |app| async move {
+        app.text("#chat-list")
+            .await
+            .contains("Kept from yesterday")
+            .then_some(())
+    })
+    .await;
+    // The orb is hidden, then Jarvis quits.
+    app.orb_window().await;
+    app.click("#hide").await;
+    app.wait_for("the orb hidden", |_| async {
+        (!window_mapped("Jarvis orb")).then_some(())
+    })
+    .await;
+    app.quit().await;
+
+    // Hidden when it last quit: neither window shows; the voice is not listening.
+    let app = App::start_hidden(&stub, &data).await;
+    app.orb_window().await;
+    app.wait_for("the orb page loaded", |app| async move {
+        (app.eval("return document.readyState").await == serde_json::json!("complete"))
+            .then_some(())
+    })
+    .await;
+    assert!(!window_mapped("Jarvis orb") && !window_mapped("Jarvis"));
+    app.quit().await;
+
+    // A start that is not hidden shows the chat window, the orb still as it was left.
+    let app = App::start_chat_only(&stub, &data).await;
+    app.chat_window().await;
+    assert!(!window_mapped("Jarvis orb"));
+    app.quit().await;
+}

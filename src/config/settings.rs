@@ -492,6 +492,9 @@ pub struct DesktopSettings {
     /// Whether the chat window offers a better model while only a small one is installed
     /// (off once the user says "Not now").
     pub model_offer: bool,
+    /// Whether Jarvis starts, hidden in the tray, when the user logs in (an XDG autostart
+    /// entry, written and removed with this setting).
+    pub start_at_login: bool,
 }
 
 impl Default for DesktopSettings {
@@ -500,6 +503,7 @@ impl Default for DesktopSettings {
             shortcut: "Ctrl+Alt+Space".into(),
             theme: Theme::System,
             model_offer: true,
+            start_at_login: false,
         }
     }
 }

@@ -243,6 +243,10 @@ impl Backend for Local {
         self.inner.settings.context.max(256) as usize
     }
 
+    fn prefills(&self) -> bool {
+        true
+    }
+
     fn stream(&self, request: Request) -> EventStream {
         let inner = self.inner.clone();
         Box::pin(async_stream::stream! {

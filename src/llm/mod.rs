@@ -106,6 +106,12 @@ pub struct Request {
     /// the conversation it holds in its cache, so the next reply finds that cache whole.
     #[serde(default)]
     pub housekeeping: bool,
+    /// A warm-up, not a reply: the local model server processes the prompt into its cache and
+    /// writes nothing, so that the question that follows (beginning with the same system prompt
+    /// and history) has its first token sooner. Sent only to a backend that
+    /// [`Backend::prefills`].
+    #[serde(default)]
+    pub prefill: bool,
 }
 
 /// Why the model stopped.
@@ -323,6 +329,12 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Streams the answer to `request`; the request is sent when the stream is first polled.
     fn stream(&self, request: Request) -> EventStream;
+    /// Whether it keeps a prompt's processing from one request to the next, so that a warm-up
+    /// ([`Request::prefill`]) makes the next question's first token come sooner: the local
+    /// model server does.
+    fn prefills(&self) -> bool {
+        false
+    }
 }
 
 /// A backend that could not be made (a missing key, say): every request fails with the reason, so
@@ -640,6 +652,7 @@ mod tests {
             model: backend.model().to_string(),
             max_tokens: 16,
             housekeeping: false,
+            prefill: false,
         });
         let first = futures::executor::block_on(stream.next());
         match first {

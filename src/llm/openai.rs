@@ -107,6 +107,9 @@ pub fn body(request: &Request, settings: &OpenAiSettings) -> Value {
     if request.housekeeping && settings.jarvis_server {
         body["jarvis_housekeeping"] = json!(true);
     }
+    if request.prefill && settings.jarvis_server {
+        body["jarvis_prefill"] = json!(true);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools

@@ -91,6 +91,7 @@ pub fn request(previous: &str, since: &str, model: &str) -> Request {
         model: model.to_string(),
         max_tokens: 200,
         housekeeping: true,
+        prefill: false,
     }
 }
 
@@ -188,6 +189,7 @@ pub fn compact_request(
         model: model.to_string(),
         max_tokens: 600,
         housekeeping: false,
+        prefill: false,
     }
 }
 

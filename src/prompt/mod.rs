@@ -285,6 +285,7 @@ pub fn build_request(
             model: model.to_string(),
             max_tokens,
             housekeeping: false,
+            prefill: false,
         };
     };
     let push = |messages: &mut Vec<Message>, role: MessageRole, content: String| match messages
@@ -341,6 +342,7 @@ pub fn build_request(
         model: model.to_string(),
         max_tokens,
         housekeeping: false,
+        prefill: false,
     }
 }
 
@@ -461,6 +463,66 @@ pub fn assemble_stated(
         crate::memory::tools()
     };
     Ok((request, state))
+}
+
+/// The warm-up for the next question in `chat` (none: a new chat): the request that question
+/// will be sent with, up to the question — the system prompt (rules and profile; not what recall
+/// adds, which depends on the question), the history and the tools — marked
+/// [`Request::prefill`].
+pub fn warm_request(
+    store: &crate::store::Store,
+    chat: Option<crate::store::ChatId>,
+    user_name: &str,
+    rules: &str,
+    model: &str,
+    max_tokens: u32,
+) -> Result<Request, crate::store::StoreError> {
+    let mut history = match chat {
+        Some(id) => match store.records(id)?.last() {
+            Some(last) => store.history(last.id)?,
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    // A question stands in for the one to come; its message is then left out.
+    history.push(Record {
+        id: crate::store::RecordId(0),
+        chat: chat.unwrap_or(crate::store::ChatId(0)),
+        seq: history.last().map_or(1, |r| r.seq + 1),
+        role: Role::User,
+        text: String::new(),
+        reply: None,
+        created_at: crate::store::now_ms(),
+        fact: None,
+    });
+    let previous = match chat {
+        Some(id) => store.last_reply(id)?,
+        None => None,
+    };
+    let mut request = assemble(
+        store,
+        Assembly {
+            chat,
+            history: &history,
+            previous,
+            mode: Mode::Typed,
+            user_name,
+            rules,
+            recall: None,
+            model,
+            max_tokens,
+            running_actions: 0,
+        },
+    )?;
+    if request
+        .messages
+        .last()
+        .is_some_and(|m| m.role == MessageRole::User)
+    {
+        request.messages.pop();
+    }
+    request.prefill = true;
+    Ok(request)
 }
 
 #[cfg(test)]

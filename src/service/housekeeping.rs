@@ -82,7 +82,7 @@ impl Housekeeping {
         &self,
         replies: &Arc<Semaphore>,
         one_at_a_time: bool,
-        mut call: F,
+        call: F,
     ) -> Result<T, GaveUp>
     where
         F: FnMut() -> Fut,
@@ -90,9 +90,33 @@ impl Housekeeping {
     {
         if !one_at_a_time {
             let _budget = self.inner.own.acquire().await.map_err(|_| GaveUp::Closed)?;
+            let mut call = call;
             return Ok(call().await);
         }
-        for _ in 0..TRIES {
+        self.run_tries(replies, TRIES, call).await
+    }
+
+    /// Runs `call` once on a one-at-a-time backend while the replies' permit is free (it waits
+    /// for it), cancelled when a reply wants it: then it is not tried again.
+    pub async fn run_once<F, Fut, T>(&self, replies: &Arc<Semaphore>, call: F) -> Result<T, GaveUp>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        self.run_tries(replies, 1, call).await
+    }
+
+    async fn run_tries<F, Fut, T>(
+        &self,
+        replies: &Arc<Semaphore>,
+        tries: usize,
+        mut call: F,
+    ) -> Result<T, GaveUp>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        for tried in 1..=tries {
             // Counted as holding from before the permit is asked for: a released permit is handed
             // to its waiter at once, before the waiter runs, and a reply that finds it gone must
             // already see who has it. (Under the lock, so a reply's make_way cancels exactly the
@@ -121,8 +145,10 @@ impl Housekeeping {
             match outcome {
                 Some(done) => return Ok(done),
                 None => {
-                    tracing::debug!("a summary gave way to a reply");
-                    tokio::time::sleep(RETRY_AFTER).await;
+                    tracing::debug!("housekeeping gave way to a reply");
+                    if tried < tries {
+                        tokio::time::sleep(RETRY_AFTER).await;
+                    }
                 }
             }
         }

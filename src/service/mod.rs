@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
@@ -26,7 +27,7 @@ pub use voice::{
 };
 
 use crate::config::{RetrySettings, Settings};
-use crate::llm::Backend;
+use crate::llm::{Backend, LlmEvent};
 use crate::prompt::Mode;
 use crate::store::{Chat, ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError};
 use events::{Hub, ReplyLog};
@@ -199,6 +200,10 @@ pub(crate) enum Command {
         backend: Option<Arc<dyn Backend>>,
         options: Box<ServiceOptions>,
     },
+    /// Warm the backend for the next question in this chat (none: a new chat).
+    Warm {
+        chat: Option<ChatId>,
+    },
 }
 
 /// What is going on, for menus and lists that enable, disable or mark things.
@@ -298,6 +303,7 @@ impl Service {
             chats: HashMap::new(),
             done: tx.downgrade(),
             activity: activity.clone(),
+            warming: None,
         };
         tokio::spawn(actor.run(rx));
         Service {
@@ -508,6 +514,15 @@ impl Service {
         })
         .await
     }
+
+    /// Readies the backend for the next question in `chat` (none: a new chat), where it keeps
+    /// a prompt's processing between requests (the local model server): the system prompt and
+    /// the chat's history are processed now, as housekeeping that gives way to any reply, so
+    /// that the question's first token comes from the cache. A later warm-up replaces one still
+    /// running. Elsewhere it does nothing.
+    pub async fn warm(&self, chat: Option<ChatId>) -> Result<(), ServiceError> {
+        self.send(Command::Warm { chat }).await
+    }
 }
 
 /// The database, or the memory an unsaved voice conversation lives in, as an id says
@@ -584,6 +599,8 @@ struct Actor {
     /// Weak, so the service ends when the last handle goes; each reply holds a strong one.
     done: mpsc::WeakSender<Command>,
     activity: Arc<watch::Sender<Activity>>,
+    /// The warm-up running, if any.
+    warming: Option<tokio::task::JoinHandle<()>>,
 }
 
 enum Start {
@@ -686,7 +703,72 @@ impl Actor {
                 self.voice
                     .quiet_while_hidden(self.options.wake_while_hidden);
             }
+            Command::Warm { chat } => self.warm(chat),
         }
+    }
+
+    /// Starts the warm-up for the next question in `chat` (see [`Service::warm`]).
+    fn warm(&mut self, chat: Option<ChatId>) {
+        if !self.backend.prefills() {
+            return;
+        }
+        if let Some(earlier) = self.warming.take() {
+            // Its request is dropped: the server stops processing it.
+            earlier.abort();
+        }
+        let store = match chat {
+            Some(chat) => self.store_of(chat).clone(),
+            None => self.store.clone(),
+        };
+        let (backend, permits, housekeeping) = (
+            self.backend.clone(),
+            self.permits.clone(),
+            self.housekeeping.clone(),
+        );
+        let (name, rules) = (self.options.user_name.clone(), self.options.rules.clone());
+        self.warming = Some(tokio::spawn(async move {
+            let (model, max_tokens) = (backend.model().to_string(), backend.max_tokens());
+            let built = blocking(move || {
+                crate::prompt::warm_request(&store, chat, &name, &rules, &model, max_tokens)
+            })
+            .await;
+            let request = match built {
+                Ok(request) => request,
+                Err(err) => {
+                    tracing::debug!(%err, "no warm-up: its request could not be built");
+                    return;
+                }
+            };
+            let started = std::time::Instant::now();
+            // Once: a reply that wants the backend meanwhile makes this give way, and that
+            // reply then holds its own conversation in the cache.
+            let warmed = housekeeping
+                .run_once(&permits, || async {
+                    let mut events = backend.stream(request.clone());
+                    let mut prompt_tokens = None;
+                    while let Some(event) = events.next().await {
+                        match event {
+                            Ok(LlmEvent::Usage { input_tokens, .. }) => {
+                                prompt_tokens = input_tokens
+                            }
+                            Ok(_) => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    Ok(prompt_tokens)
+                })
+                .await;
+            match warmed {
+                Ok(Ok(tokens)) => tracing::debug!(
+                    ?chat,
+                    ?tokens,
+                    ms = started.elapsed().as_millis() as u64,
+                    "the backend is warm for the next question"
+                ),
+                Ok(Err(err)) => tracing::debug!(%err, "the warm-up failed"),
+                Err(gave_up) => tracing::debug!(?gave_up, "the warm-up gave way to a reply"),
+            }
+        }));
     }
 
     fn publish_activity(&self) {

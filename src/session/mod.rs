@@ -2,6 +2,7 @@
 //! settings choose (or why it cannot answer), the voice supervisor, and what a saved Settings
 //! form changes. The desktop's commands translate to it; the core's tests drive it as they are.
 
+pub mod autostart;
 pub mod doctor;
 mod models;
 pub mod settings;
@@ -196,6 +197,9 @@ pub struct Session {
     keyring_asked: Arc<AtomicBool>,
     /// Model downloads.
     pulls: models::Pulls,
+    /// Held while the settings file is written and what it says put in force, so that two
+    /// changes (a saved form, a model put in use as its download ends) never interleave.
+    settings_lock: tokio::sync::Mutex<()>,
     /// The runtime the session started on, which its background work runs on (a shell may
     /// call in from a thread of its own).
     runtime: tokio::runtime::Handle,
@@ -232,6 +236,7 @@ impl Session {
             env,
             keyring_asked: Arc::new(AtomicBool::new(false)),
             pulls: models::Pulls::default(),
+            settings_lock: tokio::sync::Mutex::new(()),
             runtime: tokio::runtime::Handle::current(),
         })
     }
@@ -295,6 +300,14 @@ impl Session {
             model: settings.model().to_string(),
             theme: settings.desktop.theme,
             problem: self.problem(),
+        }
+    }
+
+    /// Readies the backend for the next question in `chat` (none: a new chat) where that makes
+    /// its first token come sooner (the local model: [`Service::warm`]).
+    pub async fn warm(&self, chat: Option<ChatId>) {
+        if let Err(err) = self.service.warm(chat).await {
+            tracing::debug!(%err, "no warm-up");
         }
     }
 
@@ -392,6 +405,8 @@ impl Session {
                 .map_err(|_| SessionError::Invalid("storing the key stopped".into()))?
                 .map_err(|source| SessionError::Keyring { var, source })?;
         }
+        let _one = self.settings_lock.lock().await;
+        self.start_at_login(form.start_at_login)?;
         let (old, config) = self.write(changes).await?;
         let new = &config.settings;
         let backend_changed = old.backend != new.backend
@@ -415,6 +430,10 @@ impl Session {
         self.service
             .reconfigure(backend, ServiceOptions::from_settings(new))
             .await?;
+        if backend_changed {
+            // A new backend starts cold: the next question's system prompt is made ready.
+            self.warm(None).await;
+        }
         if voice_changed {
             self.voice.restart_when_quiet(config.clone());
         }
@@ -425,6 +444,26 @@ impl Session {
                 .then(|| new.desktop.shortcut.clone()),
             theme: new.desktop.theme,
         })
+    }
+
+    /// Writes the autostart entry starting this program hidden (`on`: again at each save, so
+    /// it follows the program where it moved), or removes it, before the setting is saved:
+    /// where the entry cannot be written, nothing is.
+    fn start_at_login(&self, on: bool) -> Result<(), SessionError> {
+        // Off and off before: an entry the user made by hand is theirs.
+        if !on && !self.settings().desktop.start_at_login {
+            return Ok(());
+        }
+        let exe = std::env::current_exe().map_err(|e| {
+            SessionError::Invalid(format!("cannot tell where Jarvis is installed: {e}"))
+        })?;
+        autostart::set(&*self.env, on, &exe).map_err(|e| {
+            SessionError::Invalid(format!(
+                "cannot {} the autostart entry: {e}",
+                if on { "write" } else { "remove" }
+            ))
+        })?;
+        Ok(())
     }
 
     /// The backend `config` chooses, made now (its problem, if any, kept to show). Finding the
@@ -495,6 +534,7 @@ impl Session {
             vec!["memory", "earlier_conversations"],
             Some(SettingValue::Bool(on)),
         )];
+        let _one = self.settings_lock.lock().await;
         let (_, config) = self.write(changes).await?;
         self.service
             .reconfigure(None, ServiceOptions::from_settings(&config.settings))

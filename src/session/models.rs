@@ -132,6 +132,9 @@ pub enum PullStatus {
         title: String,
         /// Whether Jarvis answers with it now.
         in_use: bool,
+        /// Why it was not put in use as asked, where it was not (another model was chosen
+        /// meanwhile, or the environment decides).
+        not_used: Option<String>,
     },
     /// Stopped by the user; what came is kept.
     Stopped {
@@ -303,6 +306,7 @@ impl Session {
 
     /// "Not now": the offer is not made again (`[desktop] model_offer = false`).
     pub async fn dismiss_model_offer(&self) -> Result<(), SessionError> {
+        let _one = self.settings_lock.lock().await;
         self.write(vec![(
             vec!["desktop", "model_offer"],
             Some(SettingValue::Bool(false)),
@@ -336,8 +340,25 @@ impl Session {
             *running = Some((model.title.clone(), cancel.clone()));
             cancel
         };
-        let source = models::source_for(&catalog, &model.name, None)?;
+        let source = match models::source_for(&catalog, &model.name, None) {
+            Ok(source) => source,
+            Err(err) => {
+                *self.pulls.running() = None;
+                return Err(err.into());
+            }
+        };
         let dir = self.config().model_dir();
+        // Told before this returns: a window that asks for the status next sees it running.
+        self.pulls.status.send_replace(PullStatus::Downloading {
+            name: model.name.clone(),
+            title: model.title.clone(),
+            done: models::partial(&dir, &source.file).unwrap_or(0),
+            total: source.size,
+            bytes_per_second: None,
+            seconds_left: None,
+        });
+        // What answers now: a model chosen meanwhile is not replaced when this one is here.
+        let before = answering(&self.settings());
         let session = self.clone();
         self.runtime.spawn(async move {
             let (name, title) = (model.name.clone(), model.title.clone());
@@ -346,14 +367,6 @@ impl Session {
             let pulled = if installed.is_file() {
                 Ok(installed)
             } else {
-                status.send_replace(PullStatus::Downloading {
-                    name: name.clone(),
-                    title: title.clone(),
-                    done: models::partial(&dir, &source.file).unwrap_or(0),
-                    total: source.size,
-                    bytes_per_second: None,
-                    seconds_left: None,
-                });
                 let mut pace = Pace::default();
                 let mut told = |progress: Progress| {
                     status.send_replace(pace.status(progress, &name, &title));
@@ -361,22 +374,24 @@ impl Session {
                 models::pull(&source, &dir, &PullOptions::default(), &mut told, &cancel).await
             };
             let end = match pulled {
-                Ok(_) if then_use => match session.use_model(&name).await {
-                    Ok(()) => PullStatus::Done {
+                Ok(_) if then_use => {
+                    let used = if answering(&session.settings()) != before {
+                        Err("another model was chosen meanwhile".to_string())
+                    } else {
+                        session.use_model(&name).await.map_err(|e| e.to_string())
+                    };
+                    PullStatus::Done {
                         name,
                         title,
-                        in_use: true,
-                    },
-                    Err(err) => PullStatus::Failed {
-                        name,
-                        title,
-                        reason: format!("downloaded, but not put in use: {err}"),
-                    },
-                },
+                        in_use: used.is_ok(),
+                        not_used: used.err(),
+                    }
+                }
                 Ok(_) => PullStatus::Done {
                     name,
                     title,
                     in_use: false,
+                    not_used: None,
                 },
                 Err(ModelsError::Cancelled { kept }) => PullStatus::Stopped { name, title, kept },
                 Err(err) => PullStatus::Failed {
@@ -385,9 +400,10 @@ impl Session {
                     reason: err.to_string(),
                 },
             };
-            // Free for the next download before anyone is told this one ended.
-            *session.pulls.running() = None;
             tracing::info!(?end, "a model download ended");
+            // Told and freed together: a next download's status never comes before this end.
+            let mut running = session.pulls.running();
+            *running = None;
             status.send_replace(end);
         });
         Ok(())
@@ -415,21 +431,18 @@ impl Session {
                 "{file} is not installed; download it first"
             )));
         }
-        let config = self
-            .switch(vec![
-                (vec!["backend"], Some(SettingValue::Text("local".into()))),
-                (
-                    vec!["local", "model"],
-                    Some(SettingValue::Text(file.clone())),
-                ),
-            ])
-            .await?;
-        let answers = config.settings.backend == BackendKind::Local
-            && config.local_model_path() == dir.join(&file);
-        if !answers {
-            return Err(overridden());
-        }
-        Ok(())
+        let changes = vec![
+            (vec!["backend"], Some(SettingValue::Text("local".into()))),
+            (
+                vec!["local", "model"],
+                Some(SettingValue::Text(file.clone())),
+            ),
+        ];
+        self.switch(changes, |config| {
+            config.settings.backend == BackendKind::Local
+                && config.local_model_path() == dir.join(&file)
+        })
+        .await
     }
 
     /// Makes `model` of the server at `base_url` (one running here) the one that answers: the
@@ -454,11 +467,10 @@ impl Session {
             .into_iter()
             .map(|(keys, value)| (keys.to_vec(), value))
             .collect();
-        let config = self.switch(changes).await?;
-        if !server.answers_with(&config.settings, model) {
-            return Err(overridden());
-        }
-        Ok(())
+        self.switch(changes, |config| {
+            server.answers_with(&config.settings, model)
+        })
+        .await
     }
 
     /// Removes the model `name` from the model folder (and what an unfinished download of it
@@ -488,8 +500,18 @@ impl Session {
         Ok(())
     }
 
-    /// Writes `changes` (a backend's) and puts the backend they choose in force.
-    async fn switch(&self, changes: Vec<super::settings::Change>) -> Result<Config, SessionError> {
+    /// Writes `changes` (a backend's) and puts the backend they choose in force — unless the
+    /// environment overrides them, so that Jarvis would not answer as `answers` wants: then
+    /// nothing is written or changed.
+    async fn switch(
+        &self,
+        changes: Vec<super::settings::Change>,
+        answers: impl Fn(&Config) -> bool,
+    ) -> Result<(), SessionError> {
+        let _one = self.settings_lock.lock().await;
+        if !answers(&self.in_force_after(&changes)?) {
+            return Err(overridden());
+        }
         let (_, config) = self.write(changes).await?;
         let backend = self.backend_now(&config).await?;
         self.service
@@ -498,14 +520,57 @@ impl Session {
                 crate::service::ServiceOptions::from_settings(&config.settings),
             )
             .await?;
+        self.warm(None).await;
+        Ok(())
+    }
+
+    /// The configuration in force were `changes` written (the environment applied over them).
+    fn in_force_after(&self, changes: &[super::settings::Change]) -> Result<Config, SessionError> {
+        let invalid = |e: &dyn std::fmt::Display| SessionError::Invalid(e.to_string());
+        let mut config = self.config();
+        let mut value = toml::Value::try_from(&config.settings).map_err(|e| invalid(&e))?;
+        for (keys, new) in changes {
+            let Some((last, path)) = keys.split_last() else {
+                continue;
+            };
+            let mut table = value
+                .as_table_mut()
+                .ok_or_else(|| invalid(&"not a table"))?;
+            for key in path {
+                table = table
+                    .entry(*key)
+                    .or_insert_with(|| toml::Value::Table(Default::default()))
+                    .as_table_mut()
+                    .ok_or_else(|| invalid(&format!("`{key}` is not a table")))?;
+            }
+            match new {
+                Some(SettingValue::Text(t)) => table.insert(last.to_string(), t.clone().into()),
+                Some(SettingValue::Bool(b)) => table.insert(last.to_string(), (*b).into()),
+                Some(SettingValue::Int(i)) => table.insert(last.to_string(), (*i).into()),
+                Some(SettingValue::Float(f)) => table.insert(last.to_string(), (*f).into()),
+                None => table.remove(*last),
+            };
+        }
+        config.settings = value.try_into().map_err(|e| invalid(&e))?;
+        config.settings.apply_env(&*self.env)?;
         Ok(config)
     }
 }
 
+/// What answers with `settings`: the backend, its model and where it is reached.
+fn answering(settings: &crate::config::Settings) -> (BackendKind, String, String) {
+    let url = match settings.backend {
+        BackendKind::Anthropic => settings.anthropic.base_url.clone(),
+        BackendKind::Openai => settings.openai.base_url.clone(),
+        BackendKind::Local => String::new(),
+    };
+    (settings.backend, settings.model().to_string(), url)
+}
+
 fn overridden() -> SessionError {
     SessionError::Invalid(
-        "saved, but the environment overrides it (JARVIS_BACKEND, JARVIS_MODEL or \
-         OPENAI_BASE_URL is set): Jarvis answers as the environment says while it is"
+        "not changed: the environment decides which model answers (JARVIS_BACKEND, \
+         JARVIS_MODEL or OPENAI_BASE_URL is set); unset it to choose here"
             .into(),
     )
 }

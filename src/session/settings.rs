@@ -52,6 +52,8 @@ pub struct SettingsView {
     pub rules: String,
     /// Light, dark or as the system is.
     pub theme: Theme,
+    /// Whether Jarvis starts, hidden in the tray, at login.
+    pub start_at_login: bool,
     /// The file the settings are saved in.
     pub path: String,
 }
@@ -112,6 +114,7 @@ impl SettingsView {
             input_device: s.voice.input_device.clone(),
             rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
+            start_at_login: s.desktop.start_at_login,
             path: config.path.display().to_string(),
         }
     }
@@ -164,6 +167,8 @@ pub struct SettingsForm {
     pub rules: String,
     /// Light, dark or as the system is.
     pub theme: Theme,
+    /// Whether Jarvis starts, hidden in the tray, at login.
+    pub start_at_login: bool,
 }
 
 /// The speaking speeds the form takes, in words a minute (what both voices can say).
@@ -220,6 +225,10 @@ impl SettingsForm {
             (vec![section, "model"], text(&self.model)),
             (vec!["desktop", "shortcut"], text(&self.shortcut)),
             (vec!["desktop", "theme"], text(theme)),
+            (
+                vec!["desktop", "start_at_login"],
+                Some(SettingValue::Bool(self.start_at_login)),
+            ),
             (
                 vec!["voice", "save_conversations"],
                 Some(SettingValue::Bool(self.save_conversations)),

@@ -84,6 +84,8 @@ async function init(): Promise<void> {
     const info = await api.appInfo();
     showInfo(info.backend, info.model, info.problem);
     await refreshOffer(info.model);
+    // A Settings form open meanwhile shows the model that answers now, not the one before.
+    if (byId<HTMLDialogElement>("settings").open) await openSettings();
   };
   wireSettings(backendChanged);
   byId("open-models").addEventListener("click", () => {

@@ -27,23 +27,42 @@ function showProgress(bar: HTMLProgressElement, text: HTMLElement): void {
   text.textContent = pullText(status);
 }
 
+/** Whether the download (running or last) is the offered model's. */
+function offersDownload(): boolean {
+  return offered !== null && status.state !== "idle" && status.name === offered.name;
+}
+
+/** The offered model is here but does not answer (put in use elsewhere, or not as asked). */
+function offeredButUnused(): boolean {
+  return offersDownload() && status.state === "done" && !status.in_use;
+}
+
 function renderOffer(): void {
   const banner = byId("model-offer");
-  const mine = offered !== null && status.state !== "idle" && status.name === offered.name;
+  const mine = offersDownload();
   banner.hidden = offerClosed || offered === null || (!mine && offered.state !== "absent");
   if (banner.hidden || offered === null) return;
   const going = mine && pulling(status);
-  const ended = mine && !going;
+  const answers = mine && status.state === "done" && status.in_use;
+  const get = byId<HTMLButtonElement>("offer-get");
   byId("offer-text").textContent = offerText(offered, answering);
   byId("offer-text").hidden = mine && status.state === "done";
   byId("offer-progress").hidden = !mine;
   showProgress(byId<HTMLProgressElement>("offer-bar"), byId("offer-progress-text"));
   byId("offer-bar").hidden = !going;
-  byId("offer-get").hidden = going || (ended && status.state === "done");
-  byId("offer-get").textContent = ended && status.state === "stopped" ? "Resume" : ended ? "Try again" : "Download and use it";
+  get.hidden = going || answers;
+  get.textContent = offeredButUnused()
+    ? "Use it"
+    : mine && status.state === "stopped"
+      ? "Resume"
+      : mine && status.state === "failed"
+        ? "Try again"
+        : "Download and use it";
+  // Another model downloading (from the Models page): one download at a time.
+  get.disabled = pulling(status);
   byId("offer-stop").hidden = !going;
   byId("offer-later").hidden = going;
-  byId("offer-later").textContent = mine && status.state === "done" ? "Close" : "Not now";
+  byId("offer-later").textContent = answers ? "Close" : "Not now";
 }
 
 function renderPull(): void {
@@ -61,11 +80,13 @@ async function onStatus(next: PullStatus): Promise<void> {
   // The window is told the latest status at most every tenth of a second: a short download may
   // go from one end to the next with nothing between, so an end is any new end.
   const ended = !pulling(next) && next.state !== "idle" && JSON.stringify(next) !== JSON.stringify(status);
+  if (JSON.stringify(next) !== JSON.stringify(status)) byId("offer-error").textContent = "";
   status = next;
   renderOffer();
   renderPull();
   if (ended) {
-    if (status.state === "done" && status.in_use) await afterChange();
+    // What answers, and whether to offer a model, may have changed.
+    await afterChange();
     if (dialog().open) await refreshModels();
   }
 }
@@ -121,7 +142,7 @@ function modelItem(model: ModelEntry): HTMLElement {
 }
 
 function render(view: ModelsView): void {
-  status = view.pull;
+  // The status is the watch's alone (a list fetched as a download ends may be older).
   const memory = view.memory_gb ? `This computer has ${view.memory_gb} GB of memory. ` : "";
   byId("models-intro").textContent =
     `${memory}Models run here, offline, from ${view.folder}. A stopped download goes on from where it stopped.`;
@@ -189,17 +210,35 @@ export function wireModels(changed: () => Promise<void>): void {
   byId("offer-stop").addEventListener("click", () => void api.stopPull());
   byId("offer-get").addEventListener("click", async () => {
     if (!offered) return;
+    const get = byId<HTMLButtonElement>("offer-get");
+    get.disabled = true;
     byId("offer-error").textContent = "";
     try {
-      await api.pullModel(offered.name, true);
+      if (offeredButUnused()) {
+        await api.useModel(offered.name);
+        await afterChange();
+        offerClosed = true;
+      } else {
+        await api.pullModel(offered.name, true);
+      }
     } catch (err) {
       byId("offer-error").textContent = message(err);
     }
+    renderOffer();
   });
   byId("offer-later").addEventListener("click", async () => {
+    // Closing the message of the offered model answering needs nothing kept; "Not now" is
+    // remembered.
+    const answers = offersDownload() && status.state === "done" && status.in_use;
+    if (!answers) {
+      try {
+        await api.dismissModelOffer();
+      } catch (err) {
+        byId("offer-error").textContent = `Not remembered: ${message(err)}`;
+        return;
+      }
+    }
     offerClosed = true;
     renderOffer();
-    // "Not now" is remembered; closing the message of a finished download needs nothing kept.
-    if (status.state !== "done") await api.dismissModelOffer().catch(() => {});
   });
 }

@@ -40,7 +40,9 @@ export function pullText(status: PullStatus): string {
     case "checking":
       return `Checking ${status.title}…`;
     case "done":
-      return status.in_use ? `${status.title} is installed. Jarvis now answers with it.` : `${status.title} is installed.`;
+      if (status.in_use) return `${status.title} is installed. Jarvis now answers with it.`;
+      if (status.not_used) return `${status.title} is installed, but Jarvis does not answer with it: ${status.not_used}.`;
+      return `${status.title} is installed.`;
     case "stopped":
       return `${status.title}: download stopped; ${bytes(status.kept)} kept for next time.`;
     case "failed":

@@ -72,6 +72,7 @@ export async function openSettings(): Promise<void> {
   showBackend(current.backend);
   byId<HTMLInputElement>("set-shortcut").value = current.shortcut;
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
+  byId<HTMLInputElement>("set-login").checked = current.start_at_login;
   byId<HTMLInputElement>("set-wake-hidden").checked = current.wake_while_hidden;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
@@ -84,7 +85,7 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-rules").value = current.rules;
   byId<HTMLSelectElement>("set-theme").value = current.theme;
   byId("settings-path").textContent = `Saved in ${current.path}`;
-  dialog().showModal();
+  if (!dialog().open) dialog().showModal();
 }
 
 export function wireSettings(afterSave: () => Promise<void>): void {
@@ -113,6 +114,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         input_device: byId<HTMLSelectElement>("set-mic").value,
         rules: byId<HTMLInputElement>("set-rules").value.trim(),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,
+        start_at_login: byId<HTMLInputElement>("set-login").checked,
       });
       byId<HTMLInputElement>("set-key").value = "";
       applyTheme(current.theme);

@@ -320,6 +320,8 @@ export type SettingsView = {
   rules: string,
   /** Light, dark or as the system is. */
   theme: Theme,
+  /** Whether Jarvis starts, hidden in the tray, at login. */
+  start_at_login: boolean,
   /** The file the settings are saved in. */
   path: string,
 };
@@ -354,6 +356,8 @@ export type SettingsForm = {
   rules: string,
   /** Light, dark or as the system is. */
   theme: Theme,
+  /** Whether Jarvis starts, hidden in the tray, at login. */
+  start_at_login: boolean,
 };
 
 /** The microphones the system offers, each by the name [`CpalSource::device`] takes. */
@@ -475,6 +479,11 @@ export type PullStatus = {
   title: string,
   /** Whether Jarvis answers with it now. */
   in_use: boolean,
+  /**
+   * Why it was not put in use as asked, where it was not (another model was chosen
+   * meanwhile, or the environment decides).
+   */
+  not_used: string | null,
 } | {
   "state": "stopped",
   /** The model's name. */

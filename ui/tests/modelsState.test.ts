@@ -52,7 +52,10 @@ describe("a download as the page tells it", () => {
     expect(pullText({ state: "failed", name: "x", title: "X", reason: "not enough free space" })).toBe(
       "X was not installed: not enough free space",
     );
-    expect(pullText({ state: "done", name: "x", title: "X", in_use: true })).toContain("now answers with it");
+    expect(pullText({ state: "done", name: "x", title: "X", in_use: true, not_used: null })).toContain("now answers with it");
+    expect(
+      pullText({ state: "done", name: "x", title: "X", in_use: false, not_used: "another model was chosen meanwhile" }),
+    ).toBe("X is installed, but Jarvis does not answer with it: another model was chosen meanwhile.");
   });
 });
 

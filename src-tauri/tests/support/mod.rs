@@ -202,6 +202,17 @@ pub struct Page {
     client: Client,
 }
 
+/// Which windows a start waits for.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// The chat window and the orb, shown.
+    Both,
+    /// The chat window, shown.
+    Chat,
+    /// Both made, neither necessarily shown.
+    Hidden,
+}
+
 /// The running app and its driver.
 pub struct App {
     page: Page,
@@ -232,12 +243,18 @@ fn app_running() -> bool {
 impl App {
     /// Starts the app and waits for both its windows (the orb comes once the chats are usable).
     pub async fn start(stub: &Stub, data: &Data) -> App {
-        App::start_with(stub, data, true).await
+        App::start_with(stub, data, Shown::Both).await
     }
 
     /// Starts the app and waits for its chat window only (as when it cannot open its chats).
     pub async fn start_chat_only(stub: &Stub, data: &Data) -> App {
-        App::start_with(stub, data, false).await
+        App::start_with(stub, data, Shown::Chat).await
+    }
+
+    /// Starts the app as the autostart entry does (`--start-hidden`) and waits until both its
+    /// windows are made, whether shown or not.
+    pub async fn start_hidden(stub: &Stub, data: &Data) -> App {
+        App::start_with(stub, data, Shown::Hidden).await
     }
 
     /// Whether a `jarvis-desktop` process runs.
@@ -257,7 +274,7 @@ impl App {
             .expect("a jarvis-desktop process")
     }
 
-    async fn start_with(stub: &Stub, data: &Data, orb: bool) -> App {
+    async fn start_with(stub: &Stub, data: &Data, shown: Shown) -> App {
         assert!(
             std::env::var_os("DISPLAY").is_some(),
             "no display: run these tests with scripts/e2e"
@@ -282,7 +299,14 @@ impl App {
         let client = loop {
             let mut caps = serde_json::Map::new();
             caps.insert("browserName".into(), json!("wry"));
-            caps.insert("tauri:options".into(), json!({ "application": APP }));
+            let args: &[&str] = match shown {
+                Shown::Hidden => &["--start-hidden"],
+                _ => &[],
+            };
+            caps.insert(
+                "tauri:options".into(),
+                json!({ "application": APP, "args": args }),
+            );
             // An app that never shows its window holds the session's start: bounded too.
             let attempt = tokio::time::timeout(
                 LIMIT,
@@ -312,12 +336,12 @@ impl App {
         // The orb is made once the chat window is ready: wait for both.
         app.wait_for("the app's windows", |p| async move {
             let handles = bounded(p.client.windows()).await.unwrap_or_default();
-            let shown = if orb {
-                handles.len() >= 2 && !x_windows("Jarvis orb", true).is_empty()
-            } else {
-                !handles.is_empty() && !x_windows("Jarvis", true).is_empty()
+            let ready = match shown {
+                Shown::Both => handles.len() >= 2 && !x_windows("Jarvis orb", true).is_empty(),
+                Shown::Chat => !handles.is_empty() && !x_windows("Jarvis", true).is_empty(),
+                Shown::Hidden => handles.len() >= 2,
             };
-            shown.then_some(())
+            ready.then_some(())
         })
         .await;
         app
