@@ -53,7 +53,7 @@ pub fn entry_text(exe: &Path) -> String {
          Name=Jarvis\n\
          Comment=Desktop AI assistant, started hidden in the tray\n\
          Exec={} {START_HIDDEN}\n\
-         Icon=jarvis\n\
+         Icon=jarvis-desktop\n\
          Terminal=false\n\
          Categories=Utility;\n\
          X-GNOME-Autostart-enabled=true\n",

@@ -5,9 +5,12 @@
 //! file whisper.cpp reads; `--weights q8_0` (or `q5_1`) stores its weight matrices quantized as
 //! ggml's reference quantizers do (half precision, `f16`, where not given).
 //! `cargo run -p xtask -- ct2-list model.bin` lists a model's variables.
+//! `cargo run -p xtask -- package` makes the `.deb` and `.rpm` of the release build
+//! (`scripts/package` builds it first).
 
 mod ct2;
 mod ggml;
+mod package;
 
 use std::path::PathBuf;
 
@@ -46,6 +49,19 @@ fn main() -> Result<()> {
             };
             let summary = ggml::write_whisper(&model, &mel, &vocab, weights, &out)?;
             println!("{summary}");
+            Ok(())
+        }
+        Some("package") => {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .context("the workspace")?
+                .to_path_buf();
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            for path in package::run(&root, &target.join("release"))? {
+                println!("{}", path.display());
+            }
             Ok(())
         }
         Some("ct2-list") => {
