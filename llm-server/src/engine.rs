@@ -69,6 +69,9 @@ pub struct Job {
     /// the first stays for the next reply; its prompt goes in small batches, so that a client
     /// that gives way is let go within one of them.
     pub housekeeping: bool,
+    /// A warm-up: the prompt is processed into the cache (trimmed for the answer's room as the
+    /// question's will be) and nothing is written.
+    pub prefill: bool,
 }
 
 /// How a decode that found no free cache cell fails.
@@ -414,7 +417,7 @@ impl<'m> Engine<'m> {
         let mut pending: Vec<u8> = Vec::new();
         let mut written = 0usize;
         let finish = loop {
-            if written >= s.max_tokens as usize {
+            if job.prefill || written >= s.max_tokens as usize {
                 break "length";
             }
             if pos >= n_ctx {

@@ -375,15 +375,11 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         temperature: request.temperature.unwrap_or(0.7),
         top_p: request.top_p.unwrap_or(0.9),
         seed: request.seed.unwrap_or_else(rand_seed),
-        max_tokens: if request.jarvis_prefill {
-            0
-        } else {
-            request
-                .max_tokens
-                .or(request.max_completion_tokens)
-                .unwrap_or(512)
-                .max(1)
-        },
+        max_tokens: request
+            .max_tokens
+            .or(request.max_completion_tokens)
+            .unwrap_or(512)
+            .max(1),
     };
     let (out, mut answers) = tokio::sync::mpsc::channel(64);
     let cancel = Arc::new(AtomicBool::new(false));
@@ -394,6 +390,7 @@ async fn completions(State(app): State<App>, body: Bytes) -> Response {
         out,
         cancel: cancel.clone(),
         housekeeping: request.jarvis_housekeeping,
+        prefill: request.jarvis_prefill,
     };
     if app.jobs.try_send(job).is_err() {
         return error(

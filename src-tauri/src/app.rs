@@ -48,7 +48,12 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
     tauri::Builder::default()
         // First, so a second start hands over its action and ends before anything else starts.
         .plugin(tauri_plugin_single_instance::init(|app, args, _cwd| {
-            let action = Action::from_args(&args).unwrap_or(Action::ShowChat);
+            let action = match Action::from_args(&args) {
+                Some(action) => action,
+                // The autostart entry run again while Jarvis runs: it stays as it is.
+                None if args.iter().any(|a| a == session::autostart::START_HIDDEN) => return,
+                None => Action::ShowChat,
+            };
             crate::tray::perform(app, action);
         }))
         .plugin(navigation_guard())

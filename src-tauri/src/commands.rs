@@ -342,6 +342,11 @@ async fn orb_attach(
     state: State<'_, AppState>,
     on_update: Channel<VoiceUpdate>,
 ) -> Res<()> {
+    // An orb made hidden (hidden when Jarvis last quit) watches nothing: the voice conversation
+    // is then unwatched, as with the orb hidden later. Shown, its page attaches again.
+    if !window.is_visible().unwrap_or(false) {
+        return Ok(());
+    }
     let mut attachment = state.service.voice_attach().await?;
     let task = tauri::async_runtime::spawn(async move {
         while let Some(update) = attachment.next().await {

@@ -1066,8 +1066,11 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     let whole = loud(&played_whole(speaker, "the replay").await);
     eprintln!("loud tenths of a second: first telling {first}, replay {whole}");
     assert!(whole >= 30, "the answer takes seconds to say: {whole}");
+    // The same audio counts a few tenths either way from one telling to the next (replays of it
+    // measured 61 to 66 here, a first telling 59 to 65): four fifths tells a telling heard whole
+    // from one a restart cut, which loses seconds (the save comes a second or two into it).
     assert!(
-        first * 10 >= whole * 9,
+        first * 5 >= whole * 4,
         "the first telling was not cut by the restart: {first} of {whole} loud tenths"
     );
     let saved = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();

@@ -126,8 +126,17 @@ impl Inner {
         })
     }
 
-    /// The running server's OpenAI backend, starting the server first if needed.
-    async fn backend(&self) -> Result<Arc<OpenAi>, String> {
+    /// The running server's OpenAI backend, starting the server first if needed — on a task of
+    /// its own, so that a caller that goes away meanwhile (a warm-up giving way to a question)
+    /// never kills a server half loaded: the question finds it loading, not gone.
+    async fn backend(self: &Arc<Self>) -> Result<Arc<OpenAi>, String> {
+        let inner = self.clone();
+        tokio::spawn(async move { inner.backend_now().await })
+            .await
+            .map_err(|e| format!("starting the local model server stopped: {e}"))?
+    }
+
+    async fn backend_now(&self) -> Result<Arc<OpenAi>, String> {
         let mut running = self.running.lock().await;
         if let Some(r) = running.as_mut() {
             if matches!(r.child.try_wait(), Ok(None)) {

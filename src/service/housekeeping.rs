@@ -32,6 +32,16 @@ struct Inner {
     own: Semaphore,
 }
 
+/// One housekeeping call counted as holding (or about to hold) the replies' permit, until
+/// dropped.
+struct Holding<'a>(&'a AtomicUsize);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Why a housekeeping call did not run to its end.
 #[derive(Debug, PartialEq, Eq)]
 pub enum GaveUp {
@@ -130,9 +140,12 @@ impl Housekeeping {
                 self.inner.holding.fetch_add(1, Ordering::SeqCst);
                 token.clone()
             };
+            // Counted down however this ends — its task aborted included (a warm-up replaced by
+            // the next): a count left up would make every queued reply wait for a give-way that
+            // never comes.
+            let held = Holding(&self.inner.holding);
             let permit: Result<OwnedSemaphorePermit, _> = replies.clone().acquire_owned().await;
             let Ok(permit) = permit else {
-                self.inner.holding.fetch_sub(1, Ordering::SeqCst);
                 return Err(GaveUp::Closed);
             };
             let outcome = tokio::select! {
@@ -140,7 +153,7 @@ impl Housekeeping {
                 _ = give_way.cancelled() => None,
                 done = call() => Some(done),
             };
-            self.inner.holding.fetch_sub(1, Ordering::SeqCst);
+            drop(held);
             drop(permit);
             match outcome {
                 Some(done) => return Ok(done),
@@ -227,5 +240,26 @@ mod tests {
         drop(reply);
         assert_eq!(task.await.unwrap(), Ok(1), "tried again, and done");
         assert!(!gate.make_way(), "nothing holds the backend now");
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_task_is_ended_no_longer_holds_the_backend_for_the_replies() {
+        let gate = Housekeeping::new();
+        let permits = Arc::new(Semaphore::new(1));
+        // A warm-up that holds the backend, its task then ended (a newer warm-up replaces it).
+        let task = {
+            let (gate, permits) = (gate.clone(), permits.clone());
+            tokio::spawn(async move { gate.run_once(&permits, std::future::pending::<()>).await })
+        };
+        while permits.available_permits() == 1 {
+            tokio::task::yield_now().await;
+        }
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert_eq!(permits.available_permits(), 1, "the permit is back");
+        assert!(
+            !gate.make_way(),
+            "a reply that queues is not told a call is giving way"
+        );
     }
 }

@@ -690,6 +690,8 @@ impl Actor {
             }
             Command::Reconfigure { backend, options } => {
                 if let Some(backend) = backend {
+                    // A warm-up of the backend replaced is of no use to the next.
+                    self.stop_warming();
                     self.permits = Arc::new(Semaphore::new(backend.max_concurrent().max(1)));
                     self.backend = backend;
                 }
@@ -707,14 +709,19 @@ impl Actor {
         }
     }
 
+    /// Ends the warm-up running, if any (its request is dropped: the server stops processing it
+    /// within a batch).
+    fn stop_warming(&mut self) {
+        if let Some(earlier) = self.warming.take() {
+            earlier.abort();
+        }
+    }
+
     /// Starts the warm-up for the next question in `chat` (see [`Service::warm`]).
     fn warm(&mut self, chat: Option<ChatId>) {
+        self.stop_warming();
         if !self.backend.prefills() {
             return;
-        }
-        if let Some(earlier) = self.warming.take() {
-            // Its request is dropped: the server stops processing it.
-            earlier.abort();
         }
         let store = match chat {
             Some(chat) => self.store_of(chat).clone(),
@@ -728,23 +735,21 @@ impl Actor {
         let (name, rules) = (self.options.user_name.clone(), self.options.rules.clone());
         self.warming = Some(tokio::spawn(async move {
             let (model, max_tokens) = (backend.model().to_string(), backend.max_tokens());
-            let built = blocking(move || {
-                crate::prompt::warm_request(&store, chat, &name, &rules, &model, max_tokens)
-            })
-            .await;
-            let request = match built {
-                Ok(request) => request,
-                Err(err) => {
-                    tracing::debug!(%err, "no warm-up: its request could not be built");
-                    return;
-                }
-            };
             let started = std::time::Instant::now();
             // Once: a reply that wants the backend meanwhile makes this give way, and that
-            // reply then holds its own conversation in the cache.
+            // reply then holds its own conversation in the cache. The request is built once the
+            // backend is free, from the history as it then is (a reply that ran meanwhile is in
+            // it).
             let warmed = housekeeping
                 .run_once(&permits, || async {
-                    let mut events = backend.stream(request.clone());
+                    let (store, name, rules, model) =
+                        (store.clone(), name.clone(), rules.clone(), model.clone());
+                    let request = blocking(move || {
+                        crate::prompt::warm_request(&store, chat, &name, &rules, &model, max_tokens)
+                    })
+                    .await
+                    .map_err(|err| crate::llm::LlmError::Unavailable(err.to_string()))?;
+                    let mut events = backend.stream(request);
                     let mut prompt_tokens = None;
                     while let Some(event) = events.next().await {
                         match event {

@@ -31,9 +31,10 @@ fn exec_arg(path: &Path) -> String {
     let mut quoted = String::from("\"");
     for c in path.to_string_lossy().chars() {
         match c {
-            '"' | '`' | '$' | '\\' => {
-                // The spec escapes inside quotes with a backslash, and the file's string
-                // escaping doubles that backslash.
+            // The spec escapes inside quotes with a backslash, and the file's string escaping
+            // then doubles every backslash: `\` within quotes is `\\\\` in the file.
+            '\\' => quoted.push_str("\\\\\\\\"),
+            '"' | '`' | '$' => {
                 quoted.push_str("\\\\");
                 quoted.push(c);
             }
@@ -123,12 +124,12 @@ mod tests {
     }
 
     #[test]
-    fn a_path_with_spaces_quotes_and_percents_is_one_quoted_argument() {
-        let text = entry_text(Path::new("/opt/My Apps/jar$vis\"%d"));
+    fn a_path_with_spaces_quotes_backslashes_and_percents_is_one_quoted_argument() {
+        let text = entry_text(Path::new("/opt/My Apps/jar$vis\"%d\\x"));
         let exec = text.lines().find(|l| l.starts_with("Exec=")).unwrap();
         assert_eq!(
             exec,
-            "Exec=\"/opt/My Apps/jar\\\\$vis\\\\\"%%d\" --start-hidden"
+            r#"Exec="/opt/My Apps/jar\\$vis\\"%%d\\\\x" --start-hidden"#
         );
     }
 }

@@ -457,6 +457,11 @@ impl Session {
         let exe = std::env::current_exe().map_err(|e| {
             SessionError::Invalid(format!("cannot tell where Jarvis is installed: {e}"))
         })?;
+        // Replaced on disk while running (a package upgrade): the path it was started from.
+        let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+            Some(path) => std::path::PathBuf::from(path),
+            None => exe,
+        };
         autostart::set(&*self.env, on, &exe).map_err(|e| {
             SessionError::Invalid(format!(
                 "cannot {} the autostart entry: {e}",

@@ -25,21 +25,27 @@ const METAINFO: (&str, &str) = (
 
 /// The libraries the app loads, by the packages that hold them (Debian's names): WebKitGTK and
 /// GTK for the windows, libsoup for WebKit, ALSA for the audio devices, Ayatana's app indicator
-/// for the tray icon (loaded at run time, so no linker lists it).
+/// for the tray icon (loaded at run time, so no linker lists it), OpenMP for llama.cpp in
+/// `jarvis-llm`, and the C++ runtime (whisper.cpp, llama.cpp): what `objdump -p` names for the
+/// three binaries, by the package each comes with (GTK's own libraries come with GTK).
 const DEB_DEPENDS: &[&str] = &[
     "libwebkit2gtk-4.1-0",
     "libgtk-3-0",
     "libsoup-3.0-0",
     "libasound2",
     "libayatana-appindicator3-1",
+    "libgomp1",
+    "libstdc++6",
 ];
-/// The same for Fedora and openSUSE's names.
+/// The same by Fedora's names.
 const RPM_DEPENDS: &[&str] = &[
     "webkit2gtk4.1",
     "gtk3",
     "libsoup3",
     "alsa-lib",
     "libayatana-appindicator-gtk3",
+    "libgomp",
+    "libstdc++",
 ];
 /// Not needed to start: espeak-ng speaks where Piper's voice is not installed.
 const RECOMMENDS: &[&str] = &["espeak-ng"];
