@@ -296,16 +296,21 @@ async fn start_llm_server(
     (server, base.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_local_model_server_answers_only_jarvis() {
-    let _serial = ONE_AT_A_TIME.lock().await;
-    const TOKEN: &str = "a-token-only-jarvis-holds";
+/// `jarvis-llm` on the default model, ending when its stdin closes.
+fn default_llm_server() -> tokio::process::Command {
     let mut command = tokio::process::Command::new(llm_server());
     command
         .arg("--model")
         .arg(local_model())
         .arg("--exit-with-stdin");
-    let (_server, base) = start_llm_server(command, TOKEN).await;
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_model_server_answers_only_jarvis() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const TOKEN: &str = "a-token-only-jarvis-holds";
+    let (_server, base) = start_llm_server(default_llm_server(), TOKEN).await;
     let port = reqwest::Url::parse(&base).unwrap().port().unwrap();
     let client = reqwest::Client::new();
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}"#;
@@ -380,12 +385,7 @@ async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
 async fn a_warm_up_writes_nothing_and_the_next_question_finds_its_prompt_cached() {
     let _serial = ONE_AT_A_TIME.lock().await;
     const TOKEN: &str = "the-warm-up-token";
-    let mut command = tokio::process::Command::new(llm_server());
-    command
-        .arg("--model")
-        .arg(local_model())
-        .arg("--exit-with-stdin");
-    let (_server, base) = start_llm_server(command, TOKEN).await;
+    let (_server, base) = start_llm_server(default_llm_server(), TOKEN).await;
     let client = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
     let store =

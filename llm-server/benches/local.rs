@@ -166,8 +166,9 @@ fn server_pid() -> Option<String> {
     })
 }
 
-async fn jarvis_path(path: &Path, server: &Path) -> Figures {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The local backend's configuration for the model at `path`, its data in `dir`: 2 threads, a
+/// 2,048-token context, greedy, `max_tokens` at most.
+fn local_config(dir: &Path, path: &Path, max_tokens: u32) -> Config {
     let mut settings = Settings {
         backend: BackendKind::Local,
         ..Settings::default()
@@ -176,13 +177,18 @@ async fn jarvis_path(path: &Path, server: &Path) -> Figures {
     settings.local.threads = THREADS as u32;
     settings.local.context = 2048;
     settings.local.temperature = 0.0;
-    settings.local.max_tokens = 128;
-    let config = Config {
-        path: dir.path().join("settings.toml"),
+    settings.local.max_tokens = max_tokens;
+    Config {
+        path: dir.join("settings.toml"),
         file_found: false,
-        data_dir: dir.path().to_path_buf(),
+        data_dir: dir.to_path_buf(),
         settings,
-    };
+    }
+}
+
+async fn jarvis_path(path: &Path, server: &Path) -> Figures {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = local_config(dir.path(), path, 128);
     let server = server.display().to_string();
     let env = move |name: &str| (name == "JARVIS_LLM_SERVER").then(|| server.clone());
     let backend = llm::from_config(&config, &env).expect("backend");
@@ -248,21 +254,7 @@ async fn new_chat_first_token(path: &Path, server: &Path) -> (f64, f64, u64) {
     store
         .add_fact("My dog is called Bruno.", None)
         .expect("a fact");
-    let mut settings = Settings {
-        backend: BackendKind::Local,
-        ..Settings::default()
-    };
-    settings.local.model = path.display().to_string();
-    settings.local.threads = THREADS as u32;
-    settings.local.context = 2048;
-    settings.local.temperature = 0.0;
-    settings.local.max_tokens = 16;
-    let config = Config {
-        path: dir.path().join("settings.toml"),
-        file_found: false,
-        data_dir: dir.path().to_path_buf(),
-        settings,
-    };
+    let config = local_config(dir.path(), path, 16);
     let server = server.display().to_string();
     let env = move |name: &str| (name == "JARVIS_LLM_SERVER").then(|| server.clone());
     let rules = jarvis::prompt::RULES;
@@ -296,16 +288,8 @@ async fn new_chat_first_token(path: &Path, server: &Path) -> (f64, f64, u64) {
             jarvis::prompt::warm_request(&store, None, "Ada", rules, &model, max_tokens)
                 .expect("the request");
         asked.prefill = false;
-        let history = [jarvis::store::Record {
-            id: jarvis::RecordId(0),
-            chat: jarvis::ChatId(0),
-            seq: 1,
-            role: jarvis::store::Role::User,
-            text: question.into(),
-            reply: None,
-            created_at: jarvis::store::now_ms(),
-            fact: None,
-        }];
+        let (history, _) =
+            jarvis::prompt::next_question(&store, None, question).expect("the question");
         let state = jarvis::prompt::State::typed_now();
         let built = jarvis::prompt::build_request(
             &history,

@@ -465,6 +465,37 @@ pub fn assemble_stated(
     Ok((request, state))
 }
 
+/// What a question asked now in `chat` (none: a new chat) is answered from: the chat's history
+/// ending on `question` as a new record, and the chat's reply before it.
+pub fn next_question(
+    store: &crate::store::Store,
+    chat: Option<crate::store::ChatId>,
+    question: &str,
+) -> Result<(Vec<Record>, Option<crate::store::Reply>), crate::store::StoreError> {
+    let mut history = match chat {
+        Some(id) => match store.records(id)?.last() {
+            Some(last) => store.history(last.id)?,
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    history.push(Record {
+        id: crate::store::RecordId(0),
+        chat: chat.unwrap_or(crate::store::ChatId(0)),
+        seq: history.last().map_or(1, |r| r.seq + 1),
+        role: Role::User,
+        text: question.to_string(),
+        reply: None,
+        created_at: crate::store::now_ms(),
+        fact: None,
+    });
+    let previous = match chat {
+        Some(id) => store.last_reply(id)?,
+        None => None,
+    };
+    Ok((history, previous))
+}
+
 /// The warm-up for the next question in `chat` (none: a new chat): the request that question
 /// will be sent with, up to the question — the system prompt (rules and profile; not what recall
 /// adds, which depends on the question), the history and the tools — marked
@@ -477,28 +508,8 @@ pub fn warm_request(
     model: &str,
     max_tokens: u32,
 ) -> Result<Request, crate::store::StoreError> {
-    let mut history = match chat {
-        Some(id) => match store.records(id)?.last() {
-            Some(last) => store.history(last.id)?,
-            None => Vec::new(),
-        },
-        None => Vec::new(),
-    };
     // A question stands in for the one to come; its message is then left out.
-    history.push(Record {
-        id: crate::store::RecordId(0),
-        chat: chat.unwrap_or(crate::store::ChatId(0)),
-        seq: history.last().map_or(1, |r| r.seq + 1),
-        role: Role::User,
-        text: String::new(),
-        reply: None,
-        created_at: crate::store::now_ms(),
-        fact: None,
-    });
-    let previous = match chat {
-        Some(id) => store.last_reply(id)?,
-        None => None,
-    };
+    let (history, previous) = next_question(store, chat, "")?;
     let mut request = assemble(
         store,
         Assembly {

@@ -13,29 +13,8 @@ pub fn preview(
 ) -> Result<serde_json::Value, crate::store::StoreError> {
     use crate::config::{self, BackendKind};
     use crate::llm;
-    use crate::store::{ChatId, Record, RecordId, Role};
     let s = &config.settings;
-    let mut history = match chat {
-        Some(id) => match store.records(id)?.last() {
-            Some(last) => store.history(last.id)?,
-            None => Vec::new(),
-        },
-        None => Vec::new(),
-    };
-    history.push(Record {
-        id: RecordId(0),
-        chat: chat.unwrap_or(ChatId(0)),
-        seq: history.len() as i64 + 1,
-        role: Role::User,
-        text: text.to_string(),
-        reply: None,
-        created_at: crate::store::now_ms(),
-        fact: None,
-    });
-    let previous = match chat {
-        Some(id) => store.last_reply(id)?,
-        None => None,
-    };
+    let (history, previous) = crate::prompt::next_question(store, chat, text)?;
     // The key's place holds what it would be: redacted, or missing.
     let placeholder = |kind: BackendKind| {
         let var = kind.key_var_of();
