@@ -25,6 +25,41 @@ pub fn write_settings(
     path: &Path,
     changes: &[(&[&str], Option<SettingValue>)],
 ) -> Result<Settings, ConfigError> {
+    let (text, settings) = edited_settings(path, changes)?;
+    let unwritable = |source: std::io::Error| ConfigError::Unwritable {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(unwritable)?;
+    }
+    // A temporary file of its own beside the settings (two saves never share one), on disk before
+    // it replaces them, and the replacement itself on disk before this returns: a crash leaves
+    // the old settings or the new, never a cut one.
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir,
+        None => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".settings-")
+        .suffix(".toml.tmp")
+        .tempfile_in(dir)
+        .map_err(unwritable)?;
+    temp.write_all(text.as_bytes()).map_err(unwritable)?;
+    temp.as_file().sync_all().map_err(unwritable)?;
+    temp.persist(path).map_err(|e| unwritable(e.error))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(unwritable)?;
+    Ok(settings)
+}
+
+/// The settings file at `path` as [`write_settings`] would leave it — its text, and the settings
+/// that text holds, checked — with nothing written.
+pub fn edited_settings(
+    path: &Path,
+    changes: &[(&[&str], Option<SettingValue>)],
+) -> Result<(String, Settings), ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -78,30 +113,5 @@ pub fn write_settings(
     }
     let text = doc.to_string();
     let settings = Settings::parse(&text, path)?;
-    let unwritable = |source: std::io::Error| ConfigError::Unwritable {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(unwritable)?;
-    }
-    // A temporary file of its own beside the settings (two saves never share one), on disk before
-    // it replaces them, and the replacement itself on disk before this returns: a crash leaves
-    // the old settings or the new, never a cut one.
-    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => dir,
-        None => Path::new("."),
-    };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".settings-")
-        .suffix(".toml.tmp")
-        .tempfile_in(dir)
-        .map_err(unwritable)?;
-    temp.write_all(text.as_bytes()).map_err(unwritable)?;
-    temp.as_file().sync_all().map_err(unwritable)?;
-    temp.persist(path).map_err(|e| unwritable(e.error))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(unwritable)?;
-    Ok(settings)
+    Ok((text, settings))
 }

@@ -555,11 +555,7 @@ impl Session {
     ) -> Result<(Settings, Config), SessionError> {
         let path = self.locked_config().path.clone();
         let mut settings = tokio::task::spawn_blocking(move || {
-            let borrowed: Vec<(&[&str], Option<SettingValue>)> = changes
-                .iter()
-                .map(|(keys, value)| (keys.as_slice(), value.clone()))
-                .collect();
-            config::write_settings(&path, &borrowed)
+            config::write_settings(&path, &settings::as_written(&changes))
         })
         .await
         .map_err(|e| SessionError::Invalid(format!("saving the settings stopped: {e}")))??;

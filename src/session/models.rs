@@ -509,7 +509,7 @@ impl Session {
         answers: impl Fn(&Config) -> bool,
     ) -> Result<(), SessionError> {
         let _one = self.settings_lock.lock().await;
-        if !answers(&self.in_force_after(&changes)?) {
+        if !answers(&self.in_force_after(&changes).await?) {
             return Err(overridden());
         }
         let (_, config) = self.write(changes).await?;
@@ -524,34 +524,20 @@ impl Session {
         Ok(())
     }
 
-    /// The configuration in force were `changes` written (the environment applied over them).
-    fn in_force_after(&self, changes: &[super::settings::Change]) -> Result<Config, SessionError> {
-        let invalid = |e: &dyn std::fmt::Display| SessionError::Invalid(e.to_string());
+    /// The configuration in force were `changes` written (the environment applied over them):
+    /// the file as the write would leave it, nothing written.
+    async fn in_force_after(
+        &self,
+        changes: &[super::settings::Change],
+    ) -> Result<Config, SessionError> {
         let mut config = self.config();
-        let mut value = toml::Value::try_from(&config.settings).map_err(|e| invalid(&e))?;
-        for (keys, new) in changes {
-            let Some((last, path)) = keys.split_last() else {
-                continue;
-            };
-            let mut table = value
-                .as_table_mut()
-                .ok_or_else(|| invalid(&"not a table"))?;
-            for key in path {
-                table = table
-                    .entry(*key)
-                    .or_insert_with(|| toml::Value::Table(Default::default()))
-                    .as_table_mut()
-                    .ok_or_else(|| invalid(&format!("`{key}` is not a table")))?;
-            }
-            match new {
-                Some(SettingValue::Text(t)) => table.insert(last.to_string(), t.clone().into()),
-                Some(SettingValue::Bool(b)) => table.insert(last.to_string(), (*b).into()),
-                Some(SettingValue::Int(i)) => table.insert(last.to_string(), (*i).into()),
-                Some(SettingValue::Float(f)) => table.insert(last.to_string(), (*f).into()),
-                None => table.remove(*last),
-            };
-        }
-        config.settings = value.try_into().map_err(|e| invalid(&e))?;
+        let (path, changes) = (config.path.clone(), changes.to_vec());
+        let edited = tokio::task::spawn_blocking(move || {
+            crate::config::edited_settings(&path, &super::settings::as_written(&changes))
+        })
+        .await
+        .map_err(|e| SessionError::Invalid(format!("reading the settings stopped: {e}")))??;
+        config.settings = edited.1;
         config.settings.apply_env(&*self.env)?;
         Ok(config)
     }

@@ -178,6 +178,14 @@ const SPEED_MAX: u32 = 450;
 /// One change to the settings file: the keys' path and the value (`None` removes it).
 pub(crate) type Change = (Vec<&'static str>, Option<SettingValue>);
 
+/// `changes` as [`config::write_settings`] takes them.
+pub(crate) fn as_written(changes: &[Change]) -> Vec<(&[&'static str], Option<SettingValue>)> {
+    changes
+        .iter()
+        .map(|(keys, value)| (keys.as_slice(), value.clone()))
+        .collect()
+}
+
 impl SettingsForm {
     /// The key the form gives, if any (trimmed).
     pub(crate) fn new_key(&self) -> Option<&str> {
