@@ -323,6 +323,32 @@ async fn push_to_talk_press_and_release_reach_the_conversation_and_cancel_nothin
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_key_bound_by_hand_opens_the_microphone_and_its_next_press_ends_the_utterance() {
+    let stub = Stub::start().await.unwrap();
+    let gate = held(&stub, "An answer that must not be cut by the key.");
+    let dir = Dir::new();
+    let service = service(&dir, settings(BackendKind::Openai, &stub));
+    let mut orb = Orb::attach(&service).await;
+    assert_eq!(
+        orb.status_until(|_| true).await.mode,
+        ListenMode::PushToTalk
+    );
+    started(service.voice_ask("Question").await.unwrap());
+    // `jarvis-desktop --action talk`, twice: no release comes between.
+    service.talk().await.unwrap();
+    orb.status_until(|s| s.listening).await;
+    service.talk().await.unwrap();
+    orb.status_until(|s| !s.listening).await;
+    service.talk().await.unwrap();
+    orb.status_until(|s| s.listening).await;
+    service.talk().await.unwrap();
+    orb.status_until(|s| !s.listening).await;
+    gate.release();
+    let ended = orb.endings(1).await;
+    assert_eq!(ended[0].0, ReplyState::Done, "the key cancels nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn end_conversation_starts_afresh_and_an_unsaved_one_leaves_no_chat() {
     for save in [true, false] {
         let stub = Stub::start().await.unwrap();

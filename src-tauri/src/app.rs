@@ -70,6 +70,7 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
                 .build(),
         )
         .manage(state)
+        .manage(crate::shortcut::PortalBinding::default())
         .manage(Startup(None, Vec::new()))
         .invoke_handler(crate::commands::handler())
         .on_page_load(|webview, payload| {

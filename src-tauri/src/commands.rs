@@ -155,10 +155,10 @@ pub fn chat_window_ready(app: &AppHandle) {
         let handle = app.clone();
         let _ = app.run_on_main_thread(move || windows::create_orb(&handle));
         let handle = app.clone();
-        tauri::async_runtime::spawn_blocking(move || {
+        tauri::async_runtime::spawn(async move {
             let state = handle.state::<AppState>();
             let shortcut = state.session.settings().desktop.shortcut;
-            let registered = crate::shortcut::register(&handle, &shortcut);
+            let registered = crate::shortcut::register(&handle, &shortcut).await;
             crate::milestone_at("shortcut registered");
             if let Err(err) = registered {
                 tracing::warn!("{err:#}");
@@ -283,7 +283,7 @@ async fn save_settings(
     crate::shortcut::parse(form.shortcut.trim())?;
     let applied = state.session.apply(form).await?;
     if let Some(shortcut) = &applied.shortcut {
-        crate::shortcut::register(&app, shortcut)?;
+        crate::shortcut::register(&app, shortcut).await?;
     }
     let _ = app.emit("theme-changed", applied.theme);
     Ok(state.session.view().await)

@@ -17,16 +17,20 @@ pub enum Action {
     StopReply,
     EndConversation,
     Settings,
+    /// A key bound by hand (`jarvis-desktop --action talk`): each press opens the microphone
+    /// or ends the utterance. Not in the menu.
+    Talk,
     Quit,
 }
 
 impl Action {
-    const ALL: [(Action, &'static str); 6] = [
+    const ALL: [(Action, &'static str); 7] = [
         (Action::ShowChat, "show-chat"),
         (Action::ShowOrb, "show-orb"),
         (Action::StopReply, "stop-reply"),
         (Action::EndConversation, "end-conversation"),
         (Action::Settings, "settings"),
+        (Action::Talk, "talk"),
         (Action::Quit, "quit"),
     ];
 
@@ -72,6 +76,15 @@ pub fn perform(app: &AppHandle, action: Action) {
             tauri::async_runtime::spawn(async move {
                 if let Err(err) = service.end_conversation().await {
                     tracing::warn!(%err, "end conversation");
+                }
+            });
+        }
+        Action::Talk => {
+            crate::shortcut::show_orb(app);
+            let service = app.state::<AppState>().service.clone();
+            tauri::async_runtime::spawn(async move {
+                if let Err(err) = service.talk().await {
+                    tracing::warn!(%err, "talk");
                 }
             });
         }

@@ -289,6 +289,63 @@ async fn the_push_to_talk_shortcut_pressed_with_xdotool_reaches_the_service() {
     app.quit().await;
 }
 
+/// Issue 17 item 7: on Wayland no program may grab a key; the shortcut is asked of the desktop
+/// through its portal's GlobalShortcuts (here the tests' own portal on a private bus, the app
+/// told it runs on Wayland), and the desktop's press and release open and end the utterance.
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn on_wayland_the_push_to_talk_shortcut_comes_through_the_desktop_portal() {
+    let _one = one_app_at_a_time().await;
+    let bus = SessionBus::start();
+    let portal = jarvis::session::test_portal::FakePortal::serve(&bus).await;
+    let stub = Stub::start().await.unwrap();
+    let mut data = Data::new();
+    data.set_env("XDG_SESSION_TYPE", "wayland");
+    data.set_env("DBUS_SESSION_BUS_ADDRESS", bus.address());
+    let app = App::start(&stub, &data).await;
+    portal
+        .wait_until("the push-to-talk shortcut bound", |bound, _| {
+            bound.iter().any(|b| b.id == "push-to-talk")
+        })
+        .await;
+    assert_eq!(
+        portal.bound()[0].preferred_trigger.as_deref(),
+        Some("CTRL+ALT+space"),
+        "the setting's key, as the portal takes it"
+    );
+    app.orb_window().await;
+    app.wait_for_phase("idle", "the orb to attach").await;
+    assert!(!app.visible("#mic").await, "the microphone starts shut");
+    portal.press("push-to-talk").await;
+    app.wait_for("listening", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "listening" && app.visible("#mic").await)
+            .then_some(())
+    })
+    .await;
+    portal.release("push-to-talk").await;
+    app.wait_for("the utterance to end", |app| async move {
+        (app.attr("#orb-card", "data-phase").await == "idle" && !app.visible("#mic").await)
+            .then_some(())
+    })
+    .await;
+
+    // Settings says how the key comes in, in the desktop's words.
+    app.chat_window().await;
+    app.click("#open-settings").await;
+    let note = app
+        .wait_for("the shortcut's note", |app| async move {
+            let note = app.text("#set-shortcut-note").await;
+            (!note.is_empty()).then_some(note)
+        })
+        .await;
+    assert!(
+        note.contains("Bound by your desktop") && note.contains("Press CTRL+ALT+space"),
+        "{note}"
+    );
+    app.screenshots("wayland-shortcut").await;
+    app.quit().await;
+}
+
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
 async fn a_reply_streaming_200_deltas_a_second_renders_with_no_delta_lost() {

@@ -407,6 +407,8 @@ pub(crate) enum VoiceCommand {
     PushToTalk {
         pressed: bool,
     },
+    /// A key bound by hand was pressed (no release comes).
+    Talk,
     OrbShown {
         shown: bool,
     },
@@ -559,6 +561,15 @@ impl Service {
             .await
     }
 
+    /// A key bound by hand to `jarvis-desktop --action talk` was pressed, where the desktop
+    /// gives no shortcut (a Wayland desktop without the portal's GlobalShortcuts): its command
+    /// runs on the press and nothing tells the release. So each press toggles: in push-to-talk
+    /// the first opens the microphone and the next ends the utterance; in the other modes it is
+    /// the shortcut's press (the microphone on or off). It never cancels a reply.
+    pub async fn talk(&self) -> Result<(), ServiceError> {
+        self.send(Command::Voice(VoiceCommand::Talk)).await
+    }
+
     /// The orb was shown or hidden. Hiding it closes the microphone (a hidden orb holds none),
     /// unless it listens for the wake word and the settings keep the wake word on while hidden;
     /// showing it never opens the microphone. The push-to-talk shortcut shows the orb first.
@@ -620,6 +631,16 @@ impl Actor {
                     self.voice.hidden = false;
                 }
                 self.voice.push_to_talk(pressed)
+            }
+            VoiceCommand::Talk => {
+                self.voice.hidden = false;
+                let (mode, open) = {
+                    let status = self.voice.status.borrow();
+                    (status.mode, status.listening)
+                };
+                // Held open by the last press: this one is the release.
+                self.voice
+                    .push_to_talk(!(mode == ListenMode::PushToTalk && open))
             }
             VoiceCommand::Listening { on } => self.voice.set_listening(on),
             VoiceCommand::Awake { awake } => {

@@ -1,6 +1,7 @@
 //! `jarvis doctor`: what Jarvis finds on this machine — the settings, the database, the backend
-//! and its key, the local model, the rules, the voice parts and the microphones — each as a line
-//! to show, and what the user must do, if anything, for Jarvis to answer.
+//! and its key, the local model, the rules, the voice parts, the microphones and the way the
+//! push-to-talk shortcut comes in — each as a line to show, and what the user must do, if
+//! anything, for Jarvis to answer.
 
 use std::time::Duration;
 
@@ -62,6 +63,12 @@ pub async fn diagnose(config: &Config, env: &(dyn Fn(&str) -> Option<String> + S
     rules(config, &mut report);
     voice_parts(config, &mut report);
     microphones(config, &mut report).await;
+    report.found(
+        "push to talk",
+        super::shortcut::Way::find(env)
+            .await
+            .describe(config.settings.desktop.shortcut.trim()),
+    );
     report
 }
 

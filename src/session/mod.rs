@@ -6,7 +6,10 @@ pub mod autostart;
 pub mod doctor;
 mod models;
 pub mod settings;
+pub mod shortcut;
 pub mod startup;
+#[cfg(feature = "test-support")]
+pub mod test_portal;
 pub mod voice;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -190,6 +193,8 @@ pub struct Session {
     /// What went wrong at start-up or since (a malformed settings file, a missing key, a
     /// shortcut that could not be taken), shown in the chat window until fixed.
     problem: Mutex<Option<String>>,
+    /// How the push-to-talk shortcut comes in, as the desktop shell found it.
+    shortcut_way: Mutex<Option<String>>,
     recall: Option<Arc<Recall>>,
     voice: VoiceSupervisor,
     env: Env,
@@ -231,6 +236,7 @@ impl Session {
             service,
             config: Mutex::new(config),
             problem: Mutex::new(problem),
+            shortcut_way: Mutex::new(None),
             recall,
             voice,
             env,
@@ -316,6 +322,11 @@ impl Session {
         self.locked_problem().get_or_insert(problem);
     }
 
+    /// Says how the push-to-talk shortcut comes in (Settings shows it beside the key).
+    pub fn set_shortcut_way(&self, way: String) {
+        *self.shortcut_way.lock().unwrap_or_else(|p| p.into_inner()) = Some(way);
+    }
+
     /// Starts (or replaces) the voice loop from the settings in force.
     pub async fn start_voice(&self) {
         self.voice.start(self.config()).await;
@@ -327,6 +338,16 @@ impl Session {
     /// waiting), the view shows the keys the environment holds and says the keyring did not
     /// answer; nothing waits for it.
     pub async fn view(&self) -> SettingsView {
+        let mut view = self.view_of_settings().await;
+        view.shortcut_way = self
+            .shortcut_way
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        view
+    }
+
+    async fn view_of_settings(&self) -> SettingsView {
         let config = self.config();
         if !self.keyring_asked.swap(true, Ordering::SeqCst) {
             let asked = {

@@ -27,6 +27,9 @@ pub struct SettingsView {
     pub keyring_problem: Option<String>,
     /// The push-to-talk shortcut.
     pub shortcut: String,
+    /// How the shortcut comes in on this desktop (grabbed on X11, bound by the desktop's portal
+    /// on Wayland, or how to bind a key by hand), once the desktop shell has registered it.
+    pub shortcut_way: Option<String>,
     /// Whether voice conversations are kept as chats.
     pub save_conversations: bool,
     /// Whether the wake word is listened for while the orb is hidden.
@@ -94,6 +97,7 @@ impl SettingsView {
             openai_key: key_source(BackendKind::Openai),
             keyring_problem: None,
             shortcut: s.desktop.shortcut.clone(),
+            shortcut_way: None,
             save_conversations: s.voice.save_conversations,
             wake_while_hidden: s.voice.wake_while_hidden,
             earlier_conversations: s.memory.earlier_conversations,

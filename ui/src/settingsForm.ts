@@ -71,6 +71,7 @@ export async function openSettings(): Promise<void> {
   backend().value = current.backend;
   showBackend(current.backend);
   byId<HTMLInputElement>("set-shortcut").value = current.shortcut;
+  byId("set-shortcut-note").textContent = current.shortcut_way ?? "";
   byId<HTMLInputElement>("set-save").checked = current.save_conversations;
   byId<HTMLInputElement>("set-login").checked = current.start_at_login;
   byId<HTMLInputElement>("set-wake-hidden").checked = current.wake_while_hidden;

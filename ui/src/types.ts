@@ -293,6 +293,11 @@ export type SettingsView = {
   keyring_problem: string | null,
   /** The push-to-talk shortcut. */
   shortcut: string,
+  /**
+   * How the shortcut comes in on this desktop (grabbed on X11, bound by the desktop's portal
+   * on Wayland, or how to bind a key by hand), once the desktop shell has registered it.
+   */
+  shortcut_way: string | null,
   /** Whether voice conversations are kept as chats. */
   save_conversations: boolean,
   /** Whether the wake word is listened for while the orb is hidden. */
