@@ -638,3 +638,69 @@ async fn opening_a_chat_warms_the_local_model_with_the_next_question_s_request_u
         assert_eq!(warm.messages.len(), 2, "the first question and its answer");
     }
 }
+
+/// Waits for the voice conversation's next reply to end.
+async fn voice_reply_ended(orb: &mut jarvis::service::VoiceAttachment) {
+    loop {
+        let update = tokio::time::timeout(LIMIT, orb.next())
+            .await
+            .expect("a voice update")
+            .expect("the service runs");
+        if let jarvis::service::VoiceUpdate::Event(Event::ReplyEnded { .. }) = update {
+            return;
+        }
+    }
+}
+
+/// Issue 17 item 4, for the orb: the microphone opening (the push-to-talk shortcut) or the
+/// wake word heard warms the local model with the voice conversation so far — while the user
+/// speaks and whisper writes it down — with the request its next question is sent with, up to
+/// the question. A release, or a microphone already open, sends nothing more.
+#[tokio::test]
+async fn the_orb_opening_its_microphone_warms_the_local_model_with_the_voice_conversation() {
+    let dir = Dir::new();
+    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let backend = std::sync::Arc::new(Recording {
+        requests: requests.clone(),
+        prefills: true,
+    });
+    let options = jarvis::ServiceOptions::from_settings(&jarvis::config::Settings::default());
+    let service = jarvis::Service::start(dir.store(), backend, options);
+    let mut orb = service.voice_attach().await.unwrap();
+    let sent = || requests.lock().unwrap().len();
+    service.voice_ask("My dog is called Bruno.").await.unwrap();
+    voice_reply_ended(&mut orb).await;
+    eventually("the first question sent", || sent() == 1).await;
+
+    service.push_to_talk(true).await.unwrap();
+    eventually("the warm-up sent", || sent() == 2).await;
+    service.push_to_talk(false).await.unwrap();
+    service.voice_ask("What is my dog called?").await.unwrap();
+    voice_reply_ended(&mut orb).await;
+    eventually("the second question sent", || sent() == 3).await;
+    {
+        let requests = requests.lock().unwrap();
+        let (warm, asked) = (&requests[1], &requests[2]);
+        assert!(warm.prefill && !asked.prefill, "the release warms nothing");
+        assert_eq!(warm.system, asked.system);
+        assert_eq!(warm.tools, asked.tools);
+        assert_eq!(
+            warm.messages[..],
+            asked.messages[..asked.messages.len() - 1],
+            "the voice conversation, as its next question's request has it"
+        );
+        assert_eq!(warm.messages.len(), 2);
+    }
+
+    // Wake mode: the microphone listens for "Hey Jarvis" (nothing to warm for); heard, it warms.
+    service
+        .set_listen_mode(jarvis::service::ListenMode::Wake)
+        .await
+        .unwrap();
+    service.set_listening(true).await.unwrap();
+    service.set_awake(true).await.unwrap();
+    eventually("the warm-up on the wake word", || sent() == 4).await;
+    let requests = requests.lock().unwrap();
+    assert!(requests[3].prefill);
+    assert_eq!(requests[3].messages.len(), 4, "both questions and answers");
+}

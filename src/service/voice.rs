@@ -587,6 +587,30 @@ impl Service {
 impl Actor {
     /// Handles one of the voice conversation's commands.
     pub(super) async fn handle_voice(&mut self, command: VoiceCommand) {
+        // In wake mode the microphone is open for the wake word: the user speaks once awake.
+        let hearing = |s: &VoiceStatus| match s.mode {
+            ListenMode::Wake => s.awake,
+            _ => s.listening,
+        };
+        let was_hearing = hearing(&self.voice.status.borrow());
+        self.handle_voice_command(command).await;
+        // The microphone opened (the shortcut, the button, the key bound by hand) or "Hey
+        // Jarvis" was heard: while the user speaks and whisper writes it down, the model is
+        // given the conversation so far, so the question's first token comes from its cache.
+        let (now_hearing, idle, chat) = {
+            let status = self.voice.status.borrow();
+            (
+                hearing(&status),
+                status.replying.is_none() && self.voice.queue.is_empty(),
+                status.chat,
+            )
+        };
+        if now_hearing && !was_hearing && idle {
+            self.warm(chat);
+        }
+    }
+
+    async fn handle_voice_command(&mut self, command: VoiceCommand) {
         match command {
             VoiceCommand::Ask {
                 text,
