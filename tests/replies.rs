@@ -692,15 +692,20 @@ async fn the_orb_opening_its_microphone_warms_the_local_model_with_the_voice_con
         assert_eq!(warm.messages.len(), 2);
     }
 
-    // Wake mode: the microphone listens for "Hey Jarvis" (nothing to warm for); heard, it warms.
+    // Wake mode: the microphone listens for "Hey Jarvis" (nothing to warm for: a question
+    // asked meanwhile is the next request sent); heard, it warms.
     service
         .set_listen_mode(jarvis::service::ListenMode::Wake)
         .await
         .unwrap();
     service.set_listening(true).await.unwrap();
+    service.voice_ask("And my cat?").await.unwrap();
+    voice_reply_ended(&mut orb).await;
+    eventually("the third question sent", || sent() == 4).await;
     service.set_awake(true).await.unwrap();
-    eventually("the warm-up on the wake word", || sent() == 4).await;
+    eventually("the warm-up on the wake word", || sent() == 5).await;
     let requests = requests.lock().unwrap();
-    assert!(requests[3].prefill);
-    assert_eq!(requests[3].messages.len(), 4, "both questions and answers");
+    let warmed: Vec<bool> = requests.iter().map(|r| r.prefill).collect();
+    assert_eq!(warmed, [false, true, false, false, true]);
+    assert_eq!(requests[4].messages.len(), 6, "three questions and answers");
 }

@@ -91,6 +91,7 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
         .on_window_event(crate::windows::on_event)
         .setup(move |app| {
             crate::milestone_at("setup");
+            app.manage(crate::shortcut::Edges::start(app.handle()));
             crate::tray::build(app.handle())?;
             let hidden = std::env::args().any(|a| a == session::autostart::START_HIDDEN);
             crate::windows::show_at_start(app.handle(), hidden);

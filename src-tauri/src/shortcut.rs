@@ -4,6 +4,8 @@
 //! (`jarvis::session::shortcut`); where neither can be had, the chat window says how to bind a
 //! key to `jarvis-desktop --action talk` by hand.
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use jarvis::session::shortcut::{self as way, PortalShortcut, Way};
 use tauri::{AppHandle, Manager, Runtime};
@@ -14,26 +16,73 @@ use crate::windows::{self, ORB};
 
 pub fn plugin() -> tauri::plugin::TauriPlugin<tauri::Wry> {
     tauri_plugin_global_shortcut::Builder::new()
-        .with_handler(|app, _shortcut, event| edge(app, event.state() == ShortcutState::Pressed))
+        .with_handler(|app, _shortcut, event| {
+            send(
+                app,
+                if event.state() == ShortcutState::Pressed {
+                    Edge::Down
+                } else {
+                    Edge::Up
+                },
+            )
+        })
         .build()
 }
 
-/// The shortcut went down (`pressed`) or up, by whichever way it came.
-fn edge(app: &AppHandle, pressed: bool) {
-    let app = app.clone();
-    tauri::async_runtime::spawn(async move {
-        if pressed {
-            show_orb(&app);
+/// What the push-to-talk key did, by whichever way it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// Pressed: the orb shows and the microphone opens.
+    Down,
+    /// Released: the utterance ends.
+    Up,
+    /// A key bound by hand was pressed (no release comes): the microphone opens, or the
+    /// utterance it holds open ends.
+    Talk,
+}
+
+/// The key's edges, handled one after the other in the order they came: a press shows the orb
+/// first (the main thread's work), and a release handled beside it could overtake it and leave
+/// the microphone open after a quick tap.
+pub struct Edges(tokio::sync::mpsc::UnboundedSender<Edge>);
+
+impl Edges {
+    /// The task that handles them, for `app`.
+    pub fn start(app: &AppHandle) -> Edges {
+        let (sender, mut edges) = tokio::sync::mpsc::unbounded_channel();
+        let app = app.clone();
+        tauri::async_runtime::spawn(async move {
+            while let Some(edge) = edges.recv().await {
+                if edge != Edge::Up {
+                    show_orb(&app);
+                }
+                let service = app.state::<AppState>().service.clone();
+                let done = match edge {
+                    Edge::Down => service.push_to_talk(true).await,
+                    Edge::Up => service.push_to_talk(false).await,
+                    Edge::Talk => service.talk().await,
+                };
+                if let Err(err) = done {
+                    tracing::warn!(%err, ?edge, "push to talk");
+                }
+            }
+        });
+        Edges(sender)
+    }
+}
+
+/// Hands `edge` to the app's [`Edges`].
+pub fn send(app: &AppHandle, edge: Edge) {
+    match app.try_state::<Edges>() {
+        Some(edges) => {
+            let _ = edges.0.send(edge);
         }
-        let service = app.state::<AppState>().service.clone();
-        if let Err(err) = service.push_to_talk(pressed).await {
-            tracing::warn!(%err, "push to talk");
-        }
-    });
+        None => tracing::warn!(?edge, "the push-to-talk key came before the app was set up"),
+    }
 }
 
 /// The microphone's state is always visible: the orb shows it.
-pub fn show_orb(app: &AppHandle) {
+fn show_orb(app: &AppHandle) {
     if let Some(orb) = app.get_webview_window(ORB) {
         if !orb.is_visible().unwrap_or(true) {
             windows::show(app.app_handle(), ORB);
@@ -46,71 +95,102 @@ pub fn show_orb(app: &AppHandle) {
 #[derive(Default)]
 pub struct PortalBinding(tokio::sync::Mutex<Option<PortalShortcut>>);
 
-/// Makes `text` the push-to-talk shortcut, replacing any other, the way this session allows,
-/// and tells the session how it came in (Settings shows it). Through the portal this returns
-/// once the desktop has answered (it may ask the user first). Where the desktop gives no
-/// shortcut at all, that is said in Settings (with how to bind a key by hand) and in the log,
-/// not as a problem in the chat window: a user who bound a key by hand would see it at every
-/// start.
+/// How long the desktop portal may take to say whether it is there: one started on demand at
+/// login may be slow (`jarvis doctor` gives it 5 s).
+const PORTAL_WAIT: Duration = Duration::from_secs(25);
+
+/// How long the desktop may take to bind the key: it may ask the user first, in a dialog.
+const BIND_WAIT: Duration = Duration::from_secs(180);
+
+/// Makes the settings' push-to-talk shortcut (`text`, checked here) the one in force, replacing
+/// any other, the way this session allows, and tells the session how it came in (Settings
+/// shows it). On Wayland the desktop is asked in the background (it may ask the user first in a
+/// dialog): this returns at once, and Settings says what came of it. Where the desktop gives
+/// no shortcut at all, that is said in Settings (with how to bind a key by hand) and in the
+/// log, not as a problem in the chat window: a user who bound a key by hand would see it at
+/// every start.
 pub async fn register(app: &AppHandle, text: &str) -> anyhow::Result<()> {
     parse(text)?;
     let session = app.state::<AppState>().session.clone();
     let env = |name: &str| std::env::var(name).ok();
-    let way = Way::find(&env).await;
-    let registered = match &way {
+    match Way::find_within(&env, PORTAL_WAIT).await {
         Way::X11 => {
             let (app, text) = (app.clone(), text.to_string());
             // Grabbing a key holds the thread ~100 ms.
-            tauri::async_runtime::spawn_blocking(move || grab(&app, &text))
-                .await?
-                .map(|()| "Grabbed on this X11 display.".to_string())
+            let grabbed = tauri::async_runtime::spawn_blocking(move || grab(&app, &text)).await?;
+            session.set_shortcut_way(match &grabbed {
+                Ok(()) => "Grabbed on this X11 display.".to_string(),
+                Err(err) => format!("{err:#}"),
+            });
+            grabbed
         }
-        Way::Portal { .. } => bind(app, text, &env).await.map(|trigger| {
-            format!(
-                "Bound by your desktop (Wayland, through its portal) as “{trigger}”; its \
-                 keyboard settings can change the key."
-            )
-        }),
-        Way::ByHand { why } => {
-            tracing::warn!("push to talk has no shortcut on this desktop: {why}");
-            Ok(format!(
-                "This desktop gives no global shortcut ({why}). {}.",
-                way::by_hand()
-            ))
-        }
-    };
-    match registered {
-        Ok(said) => {
-            session.set_shortcut_way(said);
+        Way::Portal { .. } => {
+            let app = app.clone();
+            tauri::async_runtime::spawn(async move {
+                let said = match bind(&app).await {
+                    Ok(Some(trigger)) => format!(
+                        "Bound by your desktop (Wayland, through its portal) as “{trigger}”; its \
+                         keyboard settings can change the key."
+                    ),
+                    Ok(None) => format!(
+                        "Asked of your desktop (Wayland, through its portal), which gave it no \
+                         key: give “{}” a key in its keyboard settings.",
+                        way::SHORTCUT_DESCRIPTION
+                    ),
+                    Err(err) => {
+                        tracing::warn!("{err:#}");
+                        format!("{err:#}. {}.", way::by_hand())
+                    }
+                };
+                app.state::<AppState>().session.set_shortcut_way(said);
+            });
             Ok(())
         }
-        Err(err) => {
-            session.set_shortcut_way(format!("{err:#}"));
-            Err(err)
+        Way::ByHand { why } => {
+            tracing::warn!("push to talk has no shortcut on this desktop: {why}");
+            session.set_shortcut_way(format!(
+                "This desktop gives no global shortcut ({why}). {}.",
+                way::by_hand()
+            ));
+            Ok(())
         }
     }
 }
 
-/// Binds `text` through the desktop portal, closing the session of the key it replaces; the key
-/// as the desktop describes it.
-async fn bind(
-    app: &AppHandle,
-    text: &str,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> anyhow::Result<String> {
+/// Binds the settings' shortcut through the desktop portal — read once the binding before it is
+/// done, so the last one saved is the one bound — and then closes the session of the key it
+/// replaces (a bind that fails keeps the old key); the key as the desktop describes it, none
+/// where it gave none.
+async fn bind(app: &AppHandle) -> anyhow::Result<Option<String>> {
     let binding = app.state::<PortalBinding>();
     let mut held = binding.0.lock().await;
-    if let Some(old) = held.take() {
+    let session = app.state::<AppState>().session.clone();
+    let text = session.settings().desktop.shortcut.trim().to_string();
+    let env = |name: &str| std::env::var(name).ok();
+    let bus = way::session_bus(&env).await?;
+    let handle = app.clone();
+    let bound = tokio::time::timeout(
+        BIND_WAIT,
+        PortalShortcut::bind(bus, &text, move |pressed| {
+            send(&handle, if pressed { Edge::Down } else { Edge::Up })
+        }),
+    )
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "the desktop did not bind the push-to-talk shortcut {text} within {} minutes",
+            BIND_WAIT.as_secs() / 60
+        )
+    })?
+    .with_context(|| format!("cannot bind the push-to-talk shortcut {text}"))?;
+    let trigger = bound.trigger().map(str::to_string);
+    tracing::info!(
+        ?trigger,
+        "the push-to-talk shortcut is bound through the desktop portal"
+    );
+    if let Some(old) = held.replace(bound) {
         old.close().await;
     }
-    let bus = way::session_bus(env).await?;
-    let handle = app.clone();
-    let bound = PortalShortcut::bind(bus, text, move |pressed| edge(&handle, pressed))
-        .await
-        .with_context(|| format!("cannot bind the push-to-talk shortcut {text}"))?;
-    let trigger = bound.trigger().to_string();
-    tracing::info!(%trigger, "the push-to-talk shortcut is bound through the desktop portal");
-    *held = Some(bound);
     Ok(trigger)
 }
 

@@ -80,13 +80,13 @@ pub fn perform(app: &AppHandle, action: Action) {
             });
         }
         Action::Talk => {
-            crate::shortcut::show_orb(app);
-            let service = app.state::<AppState>().service.clone();
-            tauri::async_runtime::spawn(async move {
-                if let Err(err) = service.talk().await {
-                    tracing::warn!(%err, "talk");
-                }
-            });
+            if app.get_webview_window(ORB).is_some() {
+                crate::shortcut::send(app, crate::shortcut::Edge::Talk);
+            } else {
+                // Jarvis is starting (this press started it): the orb is made once the chat
+                // window is ready, and shown for this press.
+                windows::talk_once_the_orb_is_made();
+            }
         }
         Action::Quit => quit(app),
     }

@@ -151,6 +151,14 @@ pub fn place_orb_first_time(app: &AppHandle) {
 /// Makes the orb from its configuration once the chat window is usable: making a webview starts
 /// its WebKit process and holds the main thread, on which the chat page's first calls wait (made
 /// at start, the orb slowed the chat window from 0.4 s to 0.9 s: measured).
+/// A key bound by hand (`--action talk`) was pressed before the orb was made.
+static TALK_WHEN_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The orb, once made, shows and the microphone opens (for a press that started Jarvis).
+pub fn talk_once_the_orb_is_made() {
+    TALK_WHEN_MADE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 pub fn create_orb(app: &AppHandle) {
     if app.get_webview_window(ORB).is_some() {
         return;
@@ -165,8 +173,10 @@ pub fn create_orb(app: &AppHandle) {
     else {
         return;
     };
-    // Hidden when Jarvis last quit: made hidden, holding no microphone.
-    let hidden = orb_hidden_marker(app).is_some_and(|m| m.exists());
+    let talk = TALK_WHEN_MADE.swap(false, std::sync::atomic::Ordering::SeqCst);
+    // Hidden when Jarvis last quit: made hidden, holding no microphone (unless a press of the
+    // talk key started Jarvis: it shows at once).
+    let hidden = !talk && orb_hidden_marker(app).is_some_and(|m| m.exists());
     let built = tauri::WebviewWindowBuilder::from_config(app, &config)
         .and_then(|b| b.visible(!hidden).build());
     match built {
@@ -180,5 +190,8 @@ pub fn create_orb(app: &AppHandle) {
                 tracing::warn!(%err, "cannot tell the service the orb is hidden");
             }
         });
+    }
+    if talk {
+        crate::shortcut::send(app, crate::shortcut::Edge::Talk);
     }
 }

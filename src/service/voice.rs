@@ -592,20 +592,26 @@ impl Actor {
             ListenMode::Wake => s.awake,
             _ => s.listening,
         };
-        let was_hearing = hearing(&self.voice.status.borrow());
+        let (was_hearing, was_mode) = {
+            let status = self.voice.status.borrow();
+            (hearing(&status), status.mode)
+        };
         self.handle_voice_command(command).await;
         // The microphone opened (the shortcut, the button, the key bound by hand) or "Hey
         // Jarvis" was heard: while the user speaks and whisper writes it down, the model is
         // given the conversation so far, so the question's first token comes from its cache.
-        let (now_hearing, idle, chat) = {
+        // (A change of mode is not the microphone opening: from wake mode, listening for the
+        // wake word, to hands-free the microphone was open all along.)
+        let (now_hearing, same_mode, idle, chat) = {
             let status = self.voice.status.borrow();
             (
                 hearing(&status),
+                status.mode == was_mode,
                 status.replying.is_none() && self.voice.queue.is_empty(),
                 status.chat,
             )
         };
-        if now_hearing && !was_hearing && idle {
+        if now_hearing && !was_hearing && same_mode && idle {
             self.warm(chat);
         }
     }

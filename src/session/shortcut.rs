@@ -7,6 +7,7 @@
 //! window say.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use ashpd::desktop::global_shortcuts::{BindShortcutsOptions, GlobalShortcuts, NewShortcut};
 use ashpd::desktop::{CreateSessionOptions, Session};
@@ -19,11 +20,9 @@ pub const SHORTCUT_ID: &str = "push-to-talk";
 /// What the desktop shows beside the shortcut in its settings.
 pub const SHORTCUT_DESCRIPTION: &str = "Jarvis: push to talk (hold to speak)";
 
-/// The application id the portal knows Jarvis by (its desktop entry's name, without `.desktop`).
-pub const APP_ID: &str = "app.jarvis.desktop";
-
-/// How long the session bus and the portal are given to answer whether the portal is there.
-const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the session bus and the portal are given to answer whether the portal is there
+/// (`jarvis doctor`; the app gives a portal started at login longer).
+const ASK_FOR: Duration = Duration::from_secs(5);
 
 const PORTAL: &str = "org.freedesktop.portal.Desktop";
 const PORTAL_PATH: &str = "/org/freedesktop/portal/desktop";
@@ -81,22 +80,32 @@ impl Way {
     /// Looks: the display from `env`, and on Wayland whether the session bus (`env`'s
     /// `DBUS_SESSION_BUS_ADDRESS`, else the usual one) has the portal's GlobalShortcuts.
     pub async fn find(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Way {
+        Self::find_within(env, ASK_FOR).await
+    }
+
+    /// [`Way::find`], giving the session bus and the portal `within` to answer each (a portal
+    /// started on demand at login may be slow).
+    pub async fn find_within(
+        env: &(dyn Fn(&str) -> Option<String> + Sync),
+        within: Duration,
+    ) -> Way {
         match Display::of(env) {
             Display::X11 => Way::X11,
             Display::None => Way::ByHand {
                 why: "there is no display (neither WAYLAND_DISPLAY nor DISPLAY is set)".into(),
             },
-            Display::Wayland => match tokio::time::timeout(ASK_FOR, session_bus(env))
+            Display::Wayland => match tokio::time::timeout(within, session_bus(env))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(ShortcutError::Bus(
-                        "the session bus did not answer within 5 s".into(),
-                    ))
+                    Err(ShortcutError::Bus(format!(
+                        "the session bus did not answer within {} s",
+                        within.as_secs()
+                    )))
                 }) {
                 Err(err) => Way::ByHand {
                     why: err.to_string(),
                 },
-                Ok(bus) => match portal_version(&bus).await {
+                Ok(bus) => match portal_version(&bus, within).await {
                     Ok(version) => Way::Portal { version },
                     Err(err) => Way::ByHand {
                         why: err.to_string(),
@@ -177,8 +186,11 @@ impl From<ashpd::Error> for ShortcutError {
 }
 
 /// The version of the portal's GlobalShortcuts interface, asked of the portal itself (at most
-/// 5 s: a portal started on demand may be slow, or hang).
-pub async fn portal_version(bus: &zbus::Connection) -> Result<u32, ShortcutError> {
+/// `within`: a portal started on demand may be slow, or hang).
+pub async fn portal_version(
+    bus: &zbus::Connection,
+    within: Duration,
+) -> Result<u32, ShortcutError> {
     use zbus::fdo::Error as Fdo;
     let asked = async {
         let properties = zbus::fdo::PropertiesProxy::builder(bus)
@@ -190,10 +202,11 @@ pub async fn portal_version(bus: &zbus::Connection) -> Result<u32, ShortcutError
         let version = properties.get(interface, "version").await?;
         u32::try_from(version).map_err(|e| Fdo::Failed(e.to_string()))
     };
-    match tokio::time::timeout(ASK_FOR, asked).await {
-        Err(_) => Err(ShortcutError::Portal(
-            "the desktop portal did not answer within 5 s".into(),
-        )),
+    match tokio::time::timeout(within, asked).await {
+        Err(_) => Err(ShortcutError::Portal(format!(
+            "the desktop portal did not answer within {} s",
+            within.as_secs()
+        ))),
         Ok(Ok(version)) => Ok(version),
         Ok(Err(Fdo::ServiceUnknown(_) | Fdo::NameHasNoOwner(_))) => {
             Err(ShortcutError::NoDesktopPortal)
@@ -228,7 +241,7 @@ pub async fn session_bus(
 /// the desktop forgets the session too.
 pub struct PortalShortcut {
     session: Session<GlobalShortcuts>,
-    trigger: String,
+    trigger: Option<String>,
     edges: JoinHandle<()>,
 }
 
@@ -240,18 +253,11 @@ impl PortalShortcut {
         shortcut: &str,
         on_edge: impl Fn(bool) + Send + Sync + 'static,
     ) -> Result<PortalShortcut, ShortcutError> {
-        // Outside a sandbox the portal learns the app's id this way (where it can: an older
-        // portal has no registry, and then it goes by the process).
-        if let Err(err) = ashpd::register_host_app_with_connection(
-            bus.clone(),
-            APP_ID.try_into().expect("a valid application id"),
-        )
-        .await
-        {
-            tracing::debug!(%err, "the portal's registry did not take the app id");
-        }
+        // (No app id is registered with the portal's registry: it takes only an id with a
+        // desktop entry of that name, and the package's entry is named after the product. The
+        // portal knows Jarvis as the desktop launched it.)
         // Asked first: ashpd takes a portal that does not say its version for version 1.
-        portal_version(&bus).await?;
+        portal_version(&bus, ASK_FOR).await?;
         let portal = GlobalShortcuts::with_connection(bus.clone()).await?;
         let session = portal
             .create_session(CreateSessionOptions::default())
@@ -275,13 +281,14 @@ impl PortalShortcut {
             .bind_shortcuts(&session, &[wanted], None, BindShortcutsOptions::default())
             .await?
             .response()?;
+        // A desktop that left the key unassigned (taken by something else, or unticked by the
+        // user in its dialog) leaves the shortcut out or describes no key.
         let trigger = bound
             .shortcuts()
             .iter()
             .find(|s| s.id() == SHORTCUT_ID)
             .map(|s| s.trigger_description().trim().to_string())
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| shortcut.to_string());
+            .filter(|t| !t.is_empty());
         let ours = session_path(&session)?;
         let edges = tokio::spawn(async move {
             while let Some(message) = signals.next().await {
@@ -313,10 +320,10 @@ impl PortalShortcut {
         })
     }
 
-    /// The key as the desktop describes it (its own words; the one asked for where it says
-    /// nothing).
-    pub fn trigger(&self) -> &str {
-        &self.trigger
+    /// The key as the desktop describes it, in its own words; none where it assigned none (the
+    /// user then gives the shortcut a key in the desktop's settings).
+    pub fn trigger(&self) -> Option<&str> {
+        self.trigger.as_deref()
     }
 
     /// Stops listening and ends the portal session.
@@ -361,7 +368,7 @@ pub fn portal_trigger(shortcut: &str) -> String {
         .iter()
         .map(|m| match m.to_ascii_lowercase().as_str() {
             "ctrl" | "control" | "cmdorctrl" | "commandorcontrol" | "cmdorcontrol" => "CTRL".into(),
-            "alt" | "option" | "altgr" => "ALT".into(),
+            "alt" | "option" => "ALT".into(),
             "shift" => "SHIFT".into(),
             "super" | "meta" | "cmd" | "command" | "logo" | "win" => "LOGO".into(),
             other => other.to_ascii_uppercase(),
@@ -407,9 +414,33 @@ fn keysym(key: &str) -> String {
         ("equal", "equal"),
         ("bracketleft", "bracketleft"),
         ("bracketright", "bracketright"),
+        ("printscreen", "Print"),
+        ("scrolllock", "Scroll_Lock"),
+        ("capslock", "Caps_Lock"),
+        ("numlock", "Num_Lock"),
+        ("pause", "Pause"),
+        ("audiovolumeup", "XF86AudioRaiseVolume"),
+        ("audiovolumedown", "XF86AudioLowerVolume"),
+        ("audiovolumemute", "XF86AudioMute"),
+        ("mediaplaypause", "XF86AudioPlay"),
+        ("mediaplay", "XF86AudioPlay"),
+        ("mediapause", "XF86AudioPause"),
+        ("mediastop", "XF86AudioStop"),
+        ("mediatracknext", "XF86AudioNext"),
+        ("mediatrackprevious", "XF86AudioPrev"),
+        ("numpadadd", "KP_Add"),
+        ("numpadsubtract", "KP_Subtract"),
+        ("numpadmultiply", "KP_Multiply"),
+        ("numpaddivide", "KP_Divide"),
+        ("numpaddecimal", "KP_Decimal"),
+        ("numpadenter", "KP_Enter"),
     ]);
     if let Some(name) = named.get(lower.as_str()) {
         return (*name).to_string();
+    }
+    // `Numpad4`: the keypad's.
+    if let Some(n) = lower.strip_prefix("numpad").filter(|n| n.len() == 1) {
+        return format!("KP_{n}");
     }
     // `KeyJ`, `Digit4`: the letter or digit itself.
     let bare = lower
@@ -477,5 +508,8 @@ mod tests {
             "CTRL+SHIFT+Page_Down"
         );
         assert_eq!(portal_trigger("Ctrl+Enter"), "CTRL+Return");
+        assert_eq!(portal_trigger("Shift+PrintScreen"), "SHIFT+Print");
+        assert_eq!(portal_trigger("Ctrl+Numpad0"), "CTRL+KP_0");
+        assert_eq!(portal_trigger("AudioVolumeMute"), "XF86AudioMute");
     }
 }

@@ -42,6 +42,8 @@ struct State {
     closed: Vec<String>,
     /// Binding is answered "cancelled" (the user dismissed the desktop's dialog).
     refuse: bool,
+    /// Binding assigns no key (it was taken, or the user unticked it).
+    assign_nothing: bool,
 }
 
 type Shared = Arc<(Mutex<State>, watch::Sender<u64>)>;
@@ -92,6 +94,12 @@ impl FakePortal {
     /// From now on a bind is answered "cancelled", as when the user dismisses the dialog.
     pub fn refuse_binding(&self) {
         change(&self.shared, |s| s.refuse = true);
+    }
+
+    /// From now on a bind assigns no key: the shortcut is answered with an empty trigger
+    /// description, as a desktop does when the key is taken or the user unticked it.
+    pub fn assign_nothing(&self) {
+        change(&self.shared, |s| s.assign_nothing = true);
     }
 
     /// Every shortcut bound so far, in order.
@@ -261,12 +269,10 @@ impl Shortcuts {
         let text = |info: &HashMap<String, OwnedValue>, key: &str| {
             info.get(key).and_then(|v| String::try_from(v.clone()).ok())
         };
-        let refuse = self
-            .shared
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .refuse;
+        let (refuse, assign_nothing) = {
+            let state = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+            (state.refuse, state.assign_nothing)
+        };
         let session = session_handle.as_str().to_string();
         let mut answered: Vec<(String, HashMap<String, Value<'static>>)> = Vec::new();
         if !refuse {
@@ -280,8 +286,8 @@ impl Shortcuts {
                     };
                     // A desktop's own words for the key it bound (KDE and GNOME write it so).
                     let described = match &bound.preferred_trigger {
-                        Some(t) => format!("Press {t}"),
-                        None => "Unassigned".into(),
+                        Some(t) if !assign_nothing => format!("Press {t}"),
+                        _ => String::new(),
                     };
                     answered.push((
                         id.clone(),
