@@ -153,7 +153,11 @@ pub fn chat_window_ready(app: &AppHandle) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let handle = app.clone();
-        let _ = app.run_on_main_thread(move || windows::create_orb(&handle));
+        let _ = app.run_on_main_thread(move || {
+            if windows::create_orb(&handle) {
+                crate::shortcut::send(&handle, crate::shortcut::Edge::Talk);
+            }
+        });
         let handle = app.clone();
         tauri::async_runtime::spawn(async move {
             let state = handle.state::<AppState>();
