@@ -34,6 +34,7 @@
 pub mod config;
 pub mod envelope;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod models;
 pub mod onnx;

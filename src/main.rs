@@ -132,6 +132,33 @@ enum Command {
         #[command(subcommand)]
         action: Option<ModelAction>,
     },
+    /// MCP servers (`[[mcp.servers]]` in the settings): their state (`list`), a server's
+    /// `tools`, one `call`.
+    Mcp {
+        #[command(subcommand)]
+        action: Option<McpAction>,
+    },
+}
+
+#[derive(Subcommand)]
+enum McpAction {
+    /// One line per server: NAME<TAB>STATE (the default; each server is started to be seen).
+    List,
+    /// One line per tool of a server: NAME<TAB>WHAT IT DOES<TAB>ITS ARGUMENTS (* required).
+    Tools {
+        /// The server's name.
+        server: String,
+    },
+    /// Calls a tool and prints what it gave back (exit status 1 when the tool says it failed).
+    Call {
+        /// The server's name.
+        server: String,
+        /// The tool's name on its server.
+        tool: String,
+        /// Its arguments, a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -493,6 +520,7 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Facts { action } => facts(&config, action.unwrap_or(FactAction::List)),
         Command::Models { action } => models(&config, action.unwrap_or(ModelAction::List)).await,
+        Command::Mcp { action } => mcp(&config, action.unwrap_or(McpAction::List)).await,
     }
 }
 
@@ -514,6 +542,49 @@ fn warn_if_overridden(in_force: bool, now: &config::Settings) {
 }
 
 /// `jarvis models`: the catalog, downloads, and which model answers.
+async fn mcp(config: &Config, action: McpAction) -> Result<ExitCode> {
+    use jarvis::mcp::{self, McpError, Servers};
+    let servers = Servers::new(&config.settings.mcp);
+    let done = async {
+        match action {
+            McpAction::List if servers.names().is_empty() => {
+                eprintln!(
+                    "no MCP servers: add [[mcp.servers]] to {}",
+                    config.path.display()
+                );
+            }
+            McpAction::List => {
+                for line in servers.list_lines().await {
+                    say!("{line}");
+                }
+            }
+            McpAction::Tools { server } => {
+                for tool in servers.tools(&server).await? {
+                    say!("{}", mcp::tool_line(&tool));
+                }
+            }
+            McpAction::Call {
+                server,
+                tool,
+                arguments,
+            } => {
+                let arguments = serde_json::from_str(&arguments)
+                    .map_err(|e| McpError::Arguments(e.to_string()))?;
+                let outcome = servers.call(&server, &tool, arguments).await?;
+                say!("{}", outcome.text);
+                if outcome.is_error {
+                    eprintln!("the tool {tool} failed");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
+    }
+    .await;
+    servers.stop_all().await;
+    done
+}
+
 async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
     use jarvis::models::{self, Catalog, ModelsError, Progress};
     let catalog = Catalog::from_env(&env)?;

@@ -525,6 +525,55 @@ impl Default for MemorySettings {
     }
 }
 
+/// Tools the user plugs in through the Model Context Protocol: `[mcp]` and its
+/// `[[mcp.servers]]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSettings {
+    /// The servers, each started when first needed.
+    pub servers: Vec<McpServerSettings>,
+    /// How long one tool call (or a server's start) may take, in seconds.
+    pub call_timeout_secs: f64,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            servers: Vec::new(),
+            call_timeout_secs: 30.0,
+        }
+    }
+}
+
+/// One MCP server: a program Jarvis runs and speaks to over its stdin and stdout.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerSettings {
+    /// What the user and the model know it by; its tools are offered as `name__tool`.
+    pub name: String,
+    /// The program (found on `PATH` where it has no `/`).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables added to its environment (Jarvis's own API keys are never passed on).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Whether a call to one of its tools waits for the user's yes.
+    pub approve: Approve,
+}
+
+/// Whether a server's tool call waits for the user.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Approve {
+    /// Each call waits for the user (Allow once, Always allow this tool, Deny).
+    #[default]
+    Ask,
+    /// Every call runs without asking.
+    Always,
+    /// No call runs: the model is told it was refused.
+    Never,
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -551,6 +600,8 @@ pub struct Settings {
     pub voice: VoiceSettings,
     /// `[desktop]`.
     pub desktop: DesktopSettings,
+    /// `[mcp]`.
+    pub mcp: McpSettings,
 }
 
 impl Settings {
@@ -572,6 +623,33 @@ impl Settings {
             if !(secs.is_finite() && secs > 0.0) {
                 return Err(malformed(format!(
                     "[timeouts] {key} = {secs}: a timeout is a number of seconds above 0"
+                )));
+            }
+        }
+        let mcp = &settings.mcp;
+        if !(mcp.call_timeout_secs.is_finite() && mcp.call_timeout_secs > 0.0) {
+            return Err(malformed(format!(
+                "[mcp] call_timeout_secs = {}: a timeout is a number of seconds above 0",
+                mcp.call_timeout_secs
+            )));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, server) in mcp.servers.iter().enumerate() {
+            let name = server.name.trim();
+            let which = format!("[[mcp.servers]] number {}", i + 1);
+            if name.is_empty() {
+                return Err(malformed(format!(
+                    "{which}: name is missing: what you and the model call the server"
+                )));
+            }
+            if !names.insert(name.to_string()) {
+                return Err(malformed(format!(
+                    "{which}: the name {name:?} is taken by another server"
+                )));
+            }
+            if server.command.trim().is_empty() {
+                return Err(malformed(format!(
+                    "{which} ({name}): command is missing: the program that runs the server"
                 )));
             }
         }

@@ -69,6 +69,12 @@ pub async fn diagnose(config: &Config, env: &(dyn Fn(&str) -> Option<String> + S
             .await
             .describe(config.settings.desktop.shortcut.trim()),
     );
+    // Each MCP server, started to be seen (a tool the model cannot use is not a reason).
+    let servers = crate::mcp::Servers::new(&config.settings.mcp);
+    for line in servers.list_lines().await {
+        report.found("mcp server", line.replacen('\t', ": ", 1));
+    }
+    servers.stop_all().await;
     report
 }
 

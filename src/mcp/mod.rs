@@ -1,0 +1,467 @@
+//! Tools the user plugs in through the Model Context Protocol, on `rmcp` (the official Rust
+//! SDK). Each server in `[[mcp.servers]]` is a program Jarvis starts when it is first needed and
+//! speaks to over its stdin and stdout; it is kept running, started again on the next use after
+//! it died, and stopped with Jarvis. Every call is bounded: a timeout each (a server that never
+//! answers), and a server that cannot start, exits mid-call or answers garbage is an error with
+//! its reason — never a panic, never a hung caller.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt as _;
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::{McpServerSettings, McpSettings};
+
+/// What went wrong with a server or a call, with its reason.
+#[derive(Debug, Error)]
+pub enum McpError {
+    /// No server of that name is in the settings.
+    #[error("no MCP server is named {0:?} in the settings ([[mcp.servers]])")]
+    Unknown(String),
+    /// The server could not be started, or did not complete MCP's handshake.
+    #[error("the MCP server {server} could not be started: {reason}")]
+    Start {
+        /// The server's name.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server did not answer in time.
+    #[error("the MCP server {server} did not answer {what} within {secs} s")]
+    Timeout {
+        /// The server's name.
+        server: String,
+        /// What it was asked ("the tool list", "the call to echo").
+        what: String,
+        /// The limit.
+        secs: u64,
+    },
+    /// The server failed while answering: it exited, or its answer was not MCP.
+    #[error("the MCP server {server} failed {what}: {reason}")]
+    Failed {
+        /// The server's name.
+        server: String,
+        /// What it was asked.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server offers no tool of that name.
+    #[error("the MCP server {server} offers no tool {tool:?}")]
+    NoTool {
+        /// The server's name.
+        server: String,
+        /// The tool asked for.
+        tool: String,
+    },
+    /// A call's arguments are not a JSON object.
+    #[error("a tool's arguments are a JSON object, e.g. {{\"a\": 1}}: {0}")]
+    Arguments(String),
+}
+
+/// A tool a server offers, as the model will be told of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolInfo {
+    /// The tool's name on its server.
+    pub name: String,
+    /// What it does, in the server's words.
+    pub description: String,
+    /// Its arguments' JSON schema, as the server gave it.
+    pub input_schema: serde_json::Value,
+}
+
+/// What a call gave back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallOutcome {
+    /// Its content as text: text parts as they are, other parts named (an image, a resource's
+    /// address), the structured result where there is nothing else.
+    pub text: String,
+    /// The server said the tool failed (its text says why).
+    pub is_error: bool,
+}
+
+/// A server's state, as Settings and `jarvis mcp list` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ServerState {
+    /// Not started yet (it starts when first needed).
+    NotStarted,
+    /// Starting now.
+    Starting,
+    /// Running, offering this many tools.
+    Running {
+        /// How many tools it offers.
+        tools: usize,
+    },
+    /// It could not be started, or it died; the reason.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+struct Running {
+    client: RunningService<RoleClient, ()>,
+    tools: Vec<ToolInfo>,
+}
+
+/// One server's place: held while it starts, so one slow server never holds up another.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
+
+/// The servers of the settings, each started when first needed and kept running.
+pub struct Servers {
+    settings: Vec<McpServerSettings>,
+    timeout: Duration,
+    slots: HashMap<String, Slot>,
+    failed: std::sync::Mutex<HashMap<String, String>>,
+}
+
+impl Servers {
+    /// The servers `settings` names; none is started yet.
+    pub fn new(settings: &McpSettings) -> Servers {
+        Servers {
+            settings: settings.servers.clone(),
+            timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+            slots: settings
+                .servers
+                .iter()
+                .map(|s| (s.name.trim().to_string(), Slot::default()))
+                .collect(),
+            failed: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The servers' names, in the settings' order.
+    pub fn names(&self) -> Vec<String> {
+        self.settings
+            .iter()
+            .map(|s| s.name.trim().to_string())
+            .collect()
+    }
+
+    /// The settings of the server `name`.
+    pub fn settings_of(&self, name: &str) -> Result<&McpServerSettings, McpError> {
+        self.settings
+            .iter()
+            .find(|s| s.name.trim() == name.trim())
+            .ok_or_else(|| McpError::Unknown(name.to_string()))
+    }
+
+    /// Each server's state now (nothing is started).
+    pub fn states(&self) -> Vec<(String, ServerState)> {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.names()
+            .into_iter()
+            .map(|name| {
+                let held = self.slots.get(&name).map(|slot| slot.try_lock());
+                let state = match held {
+                    Some(Err(_)) => ServerState::Starting,
+                    Some(Ok(running)) => match (running.as_ref(), failed.get(&name)) {
+                        (Some(r), _) if !r.client.is_closed() => ServerState::Running {
+                            tools: r.tools.len(),
+                        },
+                        (_, Some(reason)) => ServerState::Failed {
+                            reason: reason.clone(),
+                        },
+                        (Some(_), None) => ServerState::Failed {
+                            reason: "it exited".into(),
+                        },
+                        (None, None) => ServerState::NotStarted,
+                    },
+                    None => ServerState::NotStarted,
+                };
+                (name, state)
+            })
+            .collect()
+    }
+
+    /// The tools `server` offers, starting it if it is not running.
+    pub async fn tools(&self, server: &str) -> Result<Vec<ToolInfo>, McpError> {
+        Ok(self.running(server).await?.tools.clone())
+    }
+
+    /// Calls `tool` of `server` with `arguments` (a JSON object; null for none), starting the
+    /// server if it is not running. A server that dies answering is started again on the next
+    /// call.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> Result<CallOutcome, McpError> {
+        let arguments = match arguments {
+            serde_json::Value::Null => None,
+            serde_json::Value::Object(map) => Some(map),
+            other => return Err(McpError::Arguments(format!("got {other}"))),
+        };
+        let running = self.running(server).await?;
+        if !running.tools.iter().any(|t| t.name == tool) {
+            return Err(McpError::NoTool {
+                server: server.to_string(),
+                tool: tool.to_string(),
+            });
+        }
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let what = format!("the call to {tool}");
+        let answered = tokio::time::timeout(self.timeout, running.client.peer().call_tool(params))
+            .await
+            .map_err(|_| McpError::Timeout {
+                server: server.to_string(),
+                what: what.clone(),
+                secs: self.timeout.as_secs(),
+            })?;
+        match answered {
+            Ok(result) => {
+                let blocks: Vec<serde_json::Value> = result
+                    .content
+                    .iter()
+                    .filter_map(|c| serde_json::to_value(c).ok())
+                    .collect();
+                Ok(CallOutcome {
+                    text: text_of(&blocks, result.structured_content.as_ref()),
+                    is_error: result.is_error.unwrap_or(false),
+                })
+            }
+            Err(err) => {
+                let reason = self.reason_of(server, &running, &err).await;
+                Err(McpError::Failed {
+                    server: server.to_string(),
+                    what,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Stops every server (each is also stopped when Jarvis ends: a server's process does not
+    /// outlive its handle).
+    pub async fn stop_all(&self) {
+        for slot in self.slots.values() {
+            let taken = slot.lock().await.take();
+            if let Some(Ok(server)) = taken.map(Arc::try_unwrap) {
+                let _ = server.client.cancel().await;
+            }
+        }
+    }
+
+    /// Why a request failed; a server that exited is forgotten, so the next use starts it again.
+    async fn reason_of(&self, server: &str, running: &Arc<Running>, err: &ServiceError) -> String {
+        let exited = matches!(
+            err,
+            ServiceError::TransportClosed | ServiceError::TransportSend(_)
+        );
+        let reason = match err {
+            _ if exited => "it exited while answering".to_string(),
+            ServiceError::McpError(e) => format!("it answered with an error: {}", e.message),
+            other => other.to_string(),
+        };
+        if exited || running.client.is_closed() {
+            if let Some(slot) = self.slots.get(server) {
+                let mut held = slot.lock().await;
+                if held.as_ref().is_some_and(|r| Arc::ptr_eq(r, running)) {
+                    *held = None;
+                }
+            }
+            self.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(server.to_string(), reason.clone());
+        }
+        reason
+    }
+
+    /// The running server `name`, started (and its tools listed) if it is not running.
+    async fn running(&self, name: &str) -> Result<Arc<Running>, McpError> {
+        let settings = self.settings_of(name)?.clone();
+        let name = settings.name.trim().to_string();
+        let slot = self
+            .slots
+            .get(&name)
+            .ok_or_else(|| McpError::Unknown(name.clone()))?;
+        let mut held = slot.lock().await;
+        if let Some(running) = held.as_ref().filter(|r| !r.client.is_closed()) {
+            return Ok(running.clone());
+        }
+        *held = None;
+        let started = self.start(&settings).await;
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        match started {
+            Ok(running) => {
+                failed.remove(&name);
+                let running = Arc::new(running);
+                *held = Some(running.clone());
+                Ok(running)
+            }
+            Err(err) => {
+                failed.insert(name, err.to_string());
+                Err(err)
+            }
+        }
+    }
+
+    async fn start(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
+        let name = settings.name.trim().to_string();
+        let command = settings.command.trim();
+        let mut program = tokio::process::Command::new(command);
+        program.args(&settings.args);
+        // Jarvis's own API keys stay with Jarvis (the desktop has taken them out of its
+        // environment already; the command-line tool has not).
+        for key in crate::config::key_vars() {
+            program.env_remove(key);
+        }
+        program.envs(&settings.env).kill_on_drop(true);
+        let start_error = |reason: String| McpError::Start {
+            server: name.clone(),
+            reason,
+        };
+        let (transport, _) = TokioChildProcess::builder(program)
+            // What it writes to stderr is its own log, not an answer.
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| start_error(format!("cannot run {command:?}: {err}")))?;
+        let limit = |what: &str| McpError::Timeout {
+            server: name.clone(),
+            what: what.to_string(),
+            secs: self.timeout.as_secs(),
+        };
+        let client = tokio::time::timeout(self.timeout, ().serve(transport))
+            .await
+            .map_err(|_| limit("the handshake"))?
+            .map_err(|err| start_error(format!("the handshake failed: {err}")))?;
+        let listed = tokio::time::timeout(self.timeout, client.peer().list_all_tools())
+            .await
+            .map_err(|_| limit("the tool list"))?
+            .map_err(|err| McpError::Failed {
+                server: name.clone(),
+                what: "the tool list".into(),
+                reason: err.to_string(),
+            })?;
+        let tools = listed
+            .into_iter()
+            .map(|t| ToolInfo {
+                name: t.name.to_string(),
+                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                input_schema: serde_json::Value::Object((*t.input_schema).clone()),
+            })
+            .collect();
+        tracing::info!(server = %name, "MCP server started");
+        Ok(Running { client, tools })
+    }
+}
+
+impl Servers {
+    /// One line per server, each started to be seen: `NAME<TAB>running, N tools` or
+    /// `NAME<TAB>failed: why`.
+    pub async fn list_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for name in self.names() {
+            lines.push(match self.tools(&name).await {
+                Ok(tools) if tools.len() == 1 => format!("{name}\trunning, 1 tool"),
+                Ok(tools) => format!("{name}\trunning, {} tools", tools.len()),
+                Err(err) => format!("{name}\tfailed: {err}"),
+            });
+        }
+        lines
+    }
+}
+
+/// A tool as `jarvis mcp tools` lists it: `NAME<TAB>its description's first line<TAB>its
+/// arguments (required ones marked *)`.
+pub fn tool_line(tool: &ToolInfo) -> String {
+    let required: Vec<&str> = tool
+        .input_schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let arguments: Vec<String> = tool
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| {
+            p.keys()
+                .map(|k| {
+                    if required.contains(&k.as_str()) {
+                        format!("{k}*")
+                    } else {
+                        k.clone()
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{}\t{}\t{}",
+        tool.name,
+        tool.description.lines().next().unwrap_or_default().trim(),
+        arguments.join(" ")
+    )
+}
+
+/// A result's content blocks as text: text as it is, an image or audio named with its type, a
+/// resource by its text or address; the structured result where there is nothing else.
+fn text_of(blocks: &[serde_json::Value], structured: Option<&serde_json::Value>) -> String {
+    let str_of = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(|s| s.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let parts: Vec<String> = blocks
+        .iter()
+        .map(|block| match block.get("type").and_then(|t| t.as_str()) {
+            Some("text") => str_of(block, "text"),
+            Some(kind @ ("image" | "audio")) => {
+                format!("[{kind}: {}]", str_of(block, "mimeType"))
+            }
+            Some("resource") => {
+                let resource = block.get("resource").cloned().unwrap_or_default();
+                match resource.get("text").and_then(|t| t.as_str()) {
+                    Some(text) => text.to_string(),
+                    None => format!("[resource: {}]", str_of(&resource, "uri")),
+                }
+            }
+            Some("resource_link") => format!("[link: {}]", str_of(block, "uri")),
+            _ => block.to_string(),
+        })
+        .collect();
+    match (parts.is_empty(), structured) {
+        (true, Some(value)) => value.to_string(),
+        _ => parts.join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_result_s_content_is_read_as_text_whatever_its_kind() {
+        let blocks = [
+            json!({"type": "text", "text": "The sum of 2 and 3 is 5."}),
+            json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
+            json!({"type": "resource", "resource": {"uri": "file:///a.txt", "text": "hello"}}),
+            json!({"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAAA"}}),
+            json!({"type": "resource_link", "uri": "file:///c", "name": "c"}),
+        ];
+        assert_eq!(
+            text_of(&blocks, None),
+            "The sum of 2 and 3 is 5.\n[image: image/png]\nhello\n[resource: file:///b.bin]\n[link: file:///c]"
+        );
+        assert_eq!(text_of(&[], Some(&json!({"sum": 5}))), r#"{"sum":5}"#);
+    }
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""An MCP server over stdio that misbehaves on purpose, for Jarvis's tests: it answers MCP's
+handshake and lists one tool, `work`, then on a call to it does what its first argument says:
+
+  exit     exits without answering (a server that crashes mid-call)
+  silent   never answers (a server that hangs)
+  garbage  writes a line that is not JSON-RPC, then exits
+  fine     answers "worked"
+
+Each line it reads is one JSON-RPC message, as MCP's stdio transport says."""
+import json
+import sys
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "fine"
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        continue
+    method, ident = message.get("method"), message.get("id")
+    if ident is None:
+        continue  # a notification
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": ident, "result": {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "misbehaving", "version": "1.0.0"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": ident, "result": {"tools": [{
+            "name": "work",
+            "description": "Does some work.",
+            "inputSchema": {"type": "object", "properties": {}}}]}})
+    elif method == "tools/call":
+        if mode == "exit":
+            sys.exit(3)
+        if mode == "silent":
+            continue
+        if mode == "garbage":
+            sys.stdout.write("this is not JSON-RPC\n")
+            sys.stdout.flush()
+            sys.exit(0)
+        send({"jsonrpc": "2.0", "id": ident, "result": {
+            "content": [{"type": "text", "text": "worked"}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": ident,
+              "error": {"code": -32601, "message": "no such method"}})
