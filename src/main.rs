@@ -541,7 +541,8 @@ fn warn_if_overridden(in_force: bool, now: &config::Settings) {
     );
 }
 
-/// `jarvis models`: the catalog, downloads, and which model answers.
+/// `jarvis mcp`: the MCP servers of the settings, a server's tools, one call; every server it
+/// started is stopped before it returns.
 async fn mcp(config: &Config, action: McpAction) -> Result<ExitCode> {
     use jarvis::mcp::{self, McpError, Servers};
     let servers = Servers::new(&config.settings.mcp);
@@ -585,6 +586,7 @@ async fn mcp(config: &Config, action: McpAction) -> Result<ExitCode> {
     done
 }
 
+/// `jarvis models`: the catalog, downloads, and which model answers.
 async fn models(config: &Config, action: ModelAction) -> Result<ExitCode> {
     use jarvis::models::{self, Catalog, ModelsError, Progress};
     let catalog = Catalog::from_env(&env)?;

@@ -532,8 +532,11 @@ impl Default for MemorySettings {
 pub struct McpSettings {
     /// The servers, each started when first needed.
     pub servers: Vec<McpServerSettings>,
-    /// How long one tool call (or a server's start) may take, in seconds.
+    /// How long one tool call may take, in seconds.
     pub call_timeout_secs: f64,
+    /// How long a server may take to start and say its tools, in seconds (a launcher such as
+    /// `npx -y` may download it first).
+    pub start_timeout_secs: f64,
 }
 
 impl Default for McpSettings {
@@ -541,6 +544,7 @@ impl Default for McpSettings {
         McpSettings {
             servers: Vec::new(),
             call_timeout_secs: 30.0,
+            start_timeout_secs: 60.0,
         }
     }
 }
@@ -627,19 +631,34 @@ impl Settings {
             }
         }
         let mcp = &settings.mcp;
-        if !(mcp.call_timeout_secs.is_finite() && mcp.call_timeout_secs > 0.0) {
-            return Err(malformed(format!(
-                "[mcp] call_timeout_secs = {}: a timeout is a number of seconds above 0",
-                mcp.call_timeout_secs
-            )));
+        for (key, secs) in [
+            ("call_timeout_secs", mcp.call_timeout_secs),
+            ("start_timeout_secs", mcp.start_timeout_secs),
+        ] {
+            if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+                return Err(malformed(format!(
+                    "[mcp] {key} = {secs}: a timeout is a number of seconds above 0, at most 3600"
+                )));
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, server) in mcp.servers.iter().enumerate() {
             let name = server.name.trim();
             let which = format!("[[mcp.servers]] number {}", i + 1);
-            if name.is_empty() {
+            // Its tools are offered as `name__tool`: the name is what the backends take in a
+            // tool's name, and short enough to leave room for the tool's.
+            let fits = !name.is_empty()
+                && name.len() <= 32
+                && !name.contains("__")
+                && !name.starts_with('_')
+                && !name.ends_with('_')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !fits {
                 return Err(malformed(format!(
-                    "{which}: name is missing: what you and the model call the server"
+                    "{which}: name = {name:?}: a server's name is 1 to 32 letters, digits, '-' \
+                     or '_' (not '__', not at either end), e.g. \"files\""
                 )));
             }
             if !names.insert(name.to_string()) {

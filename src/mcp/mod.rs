@@ -7,8 +7,9 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService, ServiceError};
@@ -20,7 +21,7 @@ use thiserror::Error;
 use crate::config::{McpServerSettings, McpSettings};
 
 /// What went wrong with a server or a call, with its reason.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum McpError {
     /// No server of that name is in the settings.
     #[error("no MCP server is named {0:?} in the settings ([[mcp.servers]])")]
@@ -40,9 +41,12 @@ pub enum McpError {
         server: String,
         /// What it was asked ("the tool list", "the call to echo").
         what: String,
-        /// The limit.
-        secs: u64,
+        /// The limit, in seconds.
+        secs: f64,
     },
+    /// Jarvis is stopping its servers.
+    #[error("the MCP servers are stopped")]
+    Stopped,
     /// The server failed while answering: it exited, or its answer was not MCP.
     #[error("the MCP server {server} failed {what}: {reason}")]
     Failed {
@@ -75,6 +79,11 @@ pub struct ToolInfo {
     pub description: String,
     /// Its arguments' JSON schema, as the server gave it.
     pub input_schema: serde_json::Value,
+    /// Its title for people, where it has one.
+    pub title: Option<String>,
+    /// What the server says of it (read-only, destructive, idempotent, open-world hints), as
+    /// JSON; null where it says nothing. Hints, not promises: consent never rests on them.
+    pub annotations: serde_json::Value,
 }
 
 /// What a call gave back.
@@ -109,6 +118,51 @@ pub enum ServerState {
 struct Running {
     client: RunningService<RoleClient, ()>,
     tools: Vec<ToolInfo>,
+    /// The last of what it wrote to stderr (its own log), for the reason when it fails.
+    said: Said,
+}
+
+impl Running {
+    /// Whether it still answers: neither stopped nor gone (a server that exited closes its
+    /// transport, which the service itself does not count as closed).
+    fn alive(&self) -> bool {
+        !self.client.is_closed() && !self.client.peer().is_transport_closed()
+    }
+}
+
+/// The tail of what a server writes to stderr, kept to name why it failed.
+#[derive(Clone, Default)]
+struct Said(Arc<std::sync::Mutex<String>>);
+
+impl Said {
+    /// The most of it that is kept.
+    const KEPT: usize = 600;
+
+    fn push(&self, line: &str) {
+        let mut said = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        said.push_str(line.trim_end());
+        said.push('\n');
+        if said.len() > Self::KEPT {
+            let mut cut = said.len() - Self::KEPT;
+            while !said.is_char_boundary(cut) {
+                cut += 1;
+            }
+            said.drain(..cut);
+        }
+    }
+
+    /// `reason`, with what the server said last where it said anything.
+    fn explain(&self, reason: String) -> String {
+        let said = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let last: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+        match last.len() {
+            0 => reason,
+            n => format!(
+                "{reason} (it said: {})",
+                last[n.saturating_sub(3)..].join(" / ")
+            ),
+        }
+    }
 }
 
 /// One server's place: held while it starts, so one slow server never holds up another.
@@ -118,16 +172,29 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
 pub struct Servers {
     settings: Vec<McpServerSettings>,
     timeout: Duration,
+    start_timeout: Duration,
     slots: HashMap<String, Slot>,
-    failed: std::sync::Mutex<HashMap<String, String>>,
+    failed: std::sync::Mutex<HashMap<String, (Instant, McpError)>>,
+    stopped: AtomicBool,
 }
+
+/// A start that failed is tried again only after this (callers waiting meanwhile get its reason).
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a stopping server is given to end by itself before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl Servers {
     /// The servers `settings` names; none is started yet.
     pub fn new(settings: &McpSettings) -> Servers {
+        let secs = |s: f64, default: f64| {
+            Duration::try_from_secs_f64(s).unwrap_or_else(|_| Duration::from_secs_f64(default))
+        };
         Servers {
             settings: settings.servers.clone(),
-            timeout: Duration::from_secs_f64(settings.call_timeout_secs),
+            timeout: secs(settings.call_timeout_secs, 30.0),
+            start_timeout: secs(settings.start_timeout_secs, 60.0),
+            stopped: AtomicBool::new(false),
             slots: settings
                 .servers
                 .iter()
@@ -167,11 +234,11 @@ impl Servers {
                 let state = match held {
                     Some(Err(_)) => ServerState::Starting,
                     Some(Ok(running)) => match (running.as_ref(), failed.get(&name)) {
-                        (Some(r), _) if !r.client.is_closed() => ServerState::Running {
+                        (Some(r), _) if r.alive() => ServerState::Running {
                             tools: r.tools.len(),
                         },
-                        (_, Some(reason)) => ServerState::Failed {
-                            reason: reason.clone(),
+                        (_, Some((_, err))) => ServerState::Failed {
+                            reason: err.to_string(),
                         },
                         (Some(_), None) => ServerState::Failed {
                             reason: "it exited".into(),
@@ -221,7 +288,7 @@ impl Servers {
             .map_err(|_| McpError::Timeout {
                 server: server.to_string(),
                 what: what.clone(),
-                secs: self.timeout.as_secs(),
+                secs: self.timeout.as_secs_f64(),
             })?;
         match answered {
             Ok(result) => {
@@ -236,7 +303,7 @@ impl Servers {
                 })
             }
             Err(err) => {
-                let reason = self.reason_of(server, &running, &err).await;
+                let reason = self.reason_of(server, &what, &running, &err).await;
                 Err(McpError::Failed {
                     server: server.to_string(),
                     what,
@@ -246,19 +313,33 @@ impl Servers {
         }
     }
 
-    /// Stops every server (each is also stopped when Jarvis ends: a server's process does not
-    /// outlive its handle).
+    /// Stops every server, at once and together, even one in the middle of a call (which then
+    /// fails); none starts again after. (A server's process never outlives its handle either.)
     pub async fn stop_all(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let mut closing = Vec::new();
         for slot in self.slots.values() {
-            let taken = slot.lock().await.take();
-            if let Some(Ok(server)) = taken.map(Arc::try_unwrap) {
-                let _ = server.client.cancel().await;
+            if let Some(server) = slot.lock().await.take() {
+                server.client.cancellation_token().cancel();
+                closing.push(server);
+            }
+        }
+        // Each ends once its last holder lets go; wait a moment for those that were idle.
+        for server in closing {
+            if let Ok(mut server) = Arc::try_unwrap(server) {
+                let _ = server.client.close_with_timeout(STOP_WAIT).await;
             }
         }
     }
 
     /// Why a request failed; a server that exited is forgotten, so the next use starts it again.
-    async fn reason_of(&self, server: &str, running: &Arc<Running>, err: &ServiceError) -> String {
+    async fn reason_of(
+        &self,
+        server: &str,
+        what: &str,
+        running: &Arc<Running>,
+        err: &ServiceError,
+    ) -> String {
         let exited = matches!(
             err,
             ServiceError::TransportClosed | ServiceError::TransportSend(_)
@@ -268,17 +349,24 @@ impl Servers {
             ServiceError::McpError(e) => format!("it answered with an error: {}", e.message),
             other => other.to_string(),
         };
-        if exited || running.client.is_closed() {
+        let reason = running.said.explain(reason);
+        if exited || !running.alive() {
             if let Some(slot) = self.slots.get(server) {
                 let mut held = slot.lock().await;
                 if held.as_ref().is_some_and(|r| Arc::ptr_eq(r, running)) {
                     *held = None;
                 }
             }
+            let gone = McpError::Failed {
+                server: server.to_string(),
+                what: what.to_string(),
+                reason: reason.clone(),
+            };
+            // (Gone mid-call: the next use starts it again at once.)
             self.failed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(server.to_string(), reason.clone());
+                .insert(server.to_string(), (Instant::now() - RETRY_AFTER, gone));
         }
         reason
     }
@@ -292,8 +380,18 @@ impl Servers {
             .get(&name)
             .ok_or_else(|| McpError::Unknown(name.clone()))?;
         let mut held = slot.lock().await;
-        if let Some(running) = held.as_ref().filter(|r| !r.client.is_closed()) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(McpError::Stopped);
+        }
+        if let Some(running) = held.as_ref().filter(|r| r.alive()) {
             return Ok(running.clone());
+        }
+        // A start that failed a moment ago is not tried again for each caller that waited on
+        // it: they get its reason.
+        if let Some((when, err)) = self.recent_failure(&name) {
+            if when.elapsed() < RETRY_AFTER {
+                return Err(err);
+            }
         }
         *held = None;
         let started = self.start(&settings).await;
@@ -306,10 +404,19 @@ impl Servers {
                 Ok(running)
             }
             Err(err) => {
-                failed.insert(name, err.to_string());
+                failed.insert(name, (Instant::now(), err.clone()));
                 Err(err)
             }
         }
+    }
+
+    /// When the server's last start failed, and why.
+    fn recent_failure(&self, name: &str) -> Option<(Instant, McpError)> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     async fn start(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
@@ -327,38 +434,83 @@ impl Servers {
             server: name.clone(),
             reason,
         };
-        let (transport, _) = TokioChildProcess::builder(program)
-            // What it writes to stderr is its own log, not an answer.
-            .stderr(Stdio::null())
+        // Its own process group: a server started through a launcher (`npx`, `uvx`) is a
+        // grandchild, and stopping the group stops it too.
+        let mut wrapped = process_wrap::tokio::CommandWrap::from(program);
+        wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+        let (transport, stderr) = TokioChildProcess::builder(wrapped)
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|err| start_error(format!("cannot run {command:?}: {err}")))?;
+        // What it writes to stderr is its own log: kept at debug, its tail named when it fails.
+        let said = Said::default();
+        let mut reader = None;
+        if let Some(stderr) = stderr {
+            let (said, server) = (said.clone(), name.clone());
+            reader = Some(tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt as _;
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(%server, "{line}");
+                    said.push(&line);
+                }
+            }));
+        }
+        // A server that failed to start has usually exited saying why: what it said is read to
+        // its end (a moment at most) before the reason is given.
+        let said_all = |reader: Option<tokio::task::JoinHandle<()>>| async move {
+            if let Some(reader) = reader {
+                let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+            }
+        };
         let limit = |what: &str| McpError::Timeout {
             server: name.clone(),
             what: what.to_string(),
-            secs: self.timeout.as_secs(),
+            secs: self.start_timeout.as_secs_f64(),
         };
-        let client = tokio::time::timeout(self.timeout, ().serve(transport))
-            .await
-            .map_err(|_| limit("the handshake"))?
-            .map_err(|err| start_error(format!("the handshake failed: {err}")))?;
-        let listed = tokio::time::timeout(self.timeout, client.peer().list_all_tools())
-            .await
-            .map_err(|_| limit("the tool list"))?
-            .map_err(|err| McpError::Failed {
-                server: name.clone(),
-                what: "the tool list".into(),
-                reason: err.to_string(),
-            })?;
+        // One deadline for the handshake and the tool list together.
+        let started = tokio::time::timeout(self.start_timeout, async {
+            let client = match ().serve(transport).await {
+                Ok(client) => client,
+                Err(err) => {
+                    said_all(reader).await;
+                    return Err(start_error(
+                        said.explain(format!("the handshake failed: {err}")),
+                    ));
+                }
+            };
+            let listed = client
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|err| McpError::Failed {
+                    server: name.clone(),
+                    what: "the tool list".into(),
+                    reason: said.explain(err.to_string()),
+                })?;
+            Ok::<_, McpError>((client, listed))
+        })
+        .await;
+        let (client, listed) = match started {
+            Ok(started) => started?,
+            Err(_) => return Err(limit("the handshake and its tool list")),
+        };
         let tools = listed
             .into_iter()
             .map(|t| ToolInfo {
                 name: t.name.to_string(),
                 description: t.description.map(|d| d.to_string()).unwrap_or_default(),
                 input_schema: serde_json::Value::Object((*t.input_schema).clone()),
+                title: t.title.clone(),
+                annotations: serde_json::to_value(&t.annotations).unwrap_or_default(),
             })
             .collect();
         tracing::info!(server = %name, "MCP server started");
-        Ok(Running { client, tools })
+        Ok(Running {
+            client,
+            tools,
+            said,
+        })
     }
 }
 
@@ -366,15 +518,17 @@ impl Servers {
     /// One line per server, each started to be seen: `NAME<TAB>running, N tools` or
     /// `NAME<TAB>failed: why`.
     pub async fn list_lines(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for name in self.names() {
-            lines.push(match self.tools(&name).await {
+        let names = self.names();
+        let found = futures::future::join_all(names.iter().map(|name| self.tools(name))).await;
+        names
+            .iter()
+            .zip(found)
+            .map(|(name, found)| match found {
                 Ok(tools) if tools.len() == 1 => format!("{name}\trunning, 1 tool"),
                 Ok(tools) => format!("{name}\trunning, {} tools", tools.len()),
                 Err(err) => format!("{name}\tfailed: {err}"),
-            });
-        }
-        lines
+            })
+            .collect()
     }
 }
 

@@ -4,14 +4,24 @@ handshake and lists one tool, `work`, then on a call to it does what its first a
 
   exit     exits without answering (a server that crashes mid-call)
   silent   never answers (a server that hangs)
-  garbage  writes a line that is not JSON-RPC, then exits
+  garbage  writes a line that is not JSON-RPC and an answer whose result is not a tool's
+           result, and stays (a server that answers garbage)
   fine     answers "worked"
+
+With a second argument, a file: the first server started with it exits right after listing its
+tools (it dies between calls); the next one, finding the file, behaves as its mode says.
 
 Each line it reads is one JSON-RPC message, as MCP's stdio transport says."""
 import json
 import sys
 
+import os
+
 mode = sys.argv[1] if len(sys.argv) > 1 else "fine"
+dies_after_listing = False
+if len(sys.argv) > 2 and not os.path.exists(sys.argv[2]):
+    open(sys.argv[2], "w").close()
+    dies_after_listing = True
 
 
 def send(message):
@@ -37,6 +47,8 @@ for line in sys.stdin:
             "name": "work",
             "description": "Does some work.",
             "inputSchema": {"type": "object", "properties": {}}}]}})
+        if dies_after_listing:
+            sys.exit(0)
     elif method == "tools/call":
         if mode == "exit":
             sys.exit(3)
@@ -44,8 +56,8 @@ for line in sys.stdin:
             continue
         if mode == "garbage":
             sys.stdout.write("this is not JSON-RPC\n")
-            sys.stdout.flush()
-            sys.exit(0)
+            send({"jsonrpc": "2.0", "id": ident, "result": "nonsense"})
+            continue
         send({"jsonrpc": "2.0", "id": ident, "result": {
             "content": [{"type": "text", "text": "worked"}]}})
     else:
