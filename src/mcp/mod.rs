@@ -174,12 +174,19 @@ pub struct Servers {
     timeout: Duration,
     start_timeout: Duration,
     slots: HashMap<String, Slot>,
-    failed: std::sync::Mutex<HashMap<String, (Instant, McpError)>>,
+    failed: std::sync::Mutex<HashMap<String, Failure>>,
     stopped: AtomicBool,
 }
 
 /// A start that failed is tried again only after this (callers waiting meanwhile get its reason).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Why a server is not running, and from when it may be started again.
+#[derive(Clone)]
+struct Failure {
+    error: McpError,
+    retry_from: Instant,
+}
 
 /// How long a stopping server is given to end by itself before it is killed.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -237,8 +244,8 @@ impl Servers {
                         (Some(r), _) if r.alive() => ServerState::Running {
                             tools: r.tools.len(),
                         },
-                        (_, Some((_, err))) => ServerState::Failed {
-                            reason: err.to_string(),
+                        (_, Some(failure)) => ServerState::Failed {
+                            reason: failure.error.to_string(),
                         },
                         (Some(_), None) => ServerState::Failed {
                             reason: "it exited".into(),
@@ -366,7 +373,13 @@ impl Servers {
             self.failed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(server.to_string(), (Instant::now() - RETRY_AFTER, gone));
+                .insert(
+                    server.to_string(),
+                    Failure {
+                        error: gone,
+                        retry_from: Instant::now(),
+                    },
+                );
         }
         reason
     }
@@ -388,10 +401,8 @@ impl Servers {
         }
         // A start that failed a moment ago is not tried again for each caller that waited on
         // it: they get its reason.
-        if let Some((when, err)) = self.recent_failure(&name) {
-            if when.elapsed() < RETRY_AFTER {
-                return Err(err);
-            }
+        if let Some(err) = self.held_back(&name) {
+            return Err(err);
         }
         *held = None;
         let started = self.start(&settings).await;
@@ -404,19 +415,26 @@ impl Servers {
                 Ok(running)
             }
             Err(err) => {
-                failed.insert(name, (Instant::now(), err.clone()));
+                failed.insert(
+                    name,
+                    Failure {
+                        error: err.clone(),
+                        retry_from: Instant::now() + RETRY_AFTER,
+                    },
+                );
                 Err(err)
             }
         }
     }
 
-    /// When the server's last start failed, and why.
-    fn recent_failure(&self, name: &str) -> Option<(Instant, McpError)> {
+    /// Why the server may not be started yet, where its last start failed a moment ago.
+    fn held_back(&self, name: &str) -> Option<McpError> {
         self.failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .cloned()
+            .filter(|f| Instant::now() < f.retry_from)
+            .map(|f| f.error.clone())
     }
 
     async fn start(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
