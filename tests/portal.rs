@@ -15,14 +15,12 @@ use jarvis_stub::Stub;
 use support::*;
 
 fn wayland(bus: &SessionBus) -> impl Fn(&str) -> Option<String> + Sync {
-    let address = bus.address().to_string();
-    move |name| match name {
-        "XDG_SESSION_TYPE" => Some("wayland".into()),
-        "WAYLAND_DISPLAY" => Some("wayland-0".into()),
-        "DISPLAY" => Some(":0".into()),
-        "DBUS_SESSION_BUS_ADDRESS" => Some(address.clone()),
-        _ => None,
-    }
+    env_with(&[
+        ("XDG_SESSION_TYPE", "wayland"),
+        ("WAYLAND_DISPLAY", "wayland-0"),
+        ("DISPLAY", ":0"),
+        ("DBUS_SESSION_BUS_ADDRESS", bus.address()),
+    ])
 }
 
 /// The orb's view of the microphone.
@@ -184,10 +182,11 @@ async fn where_the_desktop_offers_no_global_shortcuts_the_way_is_a_key_bound_by_
     );
 
     // On X11 the shell grabs the key; with no display there is nothing to bind.
-    let x11 = |name: &str| (name == "DISPLAY").then(|| ":0".to_string());
-    assert_eq!(Way::find(&x11).await, Way::X11);
-    let none = |_: &str| None;
-    assert!(matches!(Way::find(&none).await, Way::ByHand { .. }));
+    assert_eq!(Way::find(&env_with(&[("DISPLAY", ":0")])).await, Way::X11);
+    assert!(matches!(
+        Way::find(&env_with(&[])).await,
+        Way::ByHand { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]

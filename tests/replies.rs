@@ -588,6 +588,34 @@ impl jarvis::llm::Backend for Recording {
     }
 }
 
+type Requests = std::sync::Arc<std::sync::Mutex<Vec<jarvis::llm::Request>>>;
+
+/// A service over a fresh store answering through a [`Recording`] backend, with what it is sent.
+fn recording_service(prefills: bool) -> (Dir, Requests, jarvis::Service) {
+    let dir = Dir::new();
+    let requests = Requests::default();
+    let backend = std::sync::Arc::new(Recording {
+        requests: requests.clone(),
+        prefills,
+    });
+    let options = jarvis::ServiceOptions::from_settings(&jarvis::config::Settings::default());
+    let service = jarvis::Service::start(dir.store(), backend, options);
+    (dir, requests, service)
+}
+
+/// `warm` is a warm-up made for the question `asked`: the same system prompt, tools and
+/// messages (`what` they are) up to the question.
+fn assert_warmed_for(warm: &jarvis::llm::Request, asked: &jarvis::llm::Request, what: &str) {
+    assert!(warm.prefill && !asked.prefill);
+    assert_eq!(warm.system, asked.system);
+    assert_eq!(warm.tools, asked.tools);
+    assert_eq!(
+        warm.messages[..],
+        asked.messages[..asked.messages.len() - 1],
+        "{what}, as the question's request has it"
+    );
+}
+
 /// Issue 17 item 4: opening a chat warms a backend that keeps a prompt's processing (the local
 /// model) with exactly the request its next question will be sent with, up to the question —
 /// the same system prompt, history and tools — so that question's first token comes from the
@@ -596,14 +624,7 @@ impl jarvis::llm::Backend for Recording {
 async fn opening_a_chat_warms_the_local_model_with_the_next_question_s_request_up_to_the_question()
 {
     for prefills in [true, false] {
-        let dir = Dir::new();
-        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let backend = std::sync::Arc::new(Recording {
-            requests: requests.clone(),
-            prefills,
-        });
-        let options = jarvis::ServiceOptions::from_settings(&jarvis::config::Settings::default());
-        let service = jarvis::Service::start(dir.store(), backend, options);
+        let (_dir, requests, service) = recording_service(prefills);
         let (chat, reply, mut attachment) = ask_new(&service, "My dog is called Bruno.").await;
         until_end(&mut attachment, reply).await;
         let sent = || requests.lock().unwrap().len();
@@ -626,16 +647,12 @@ async fn opening_a_chat_warms_the_local_model_with_the_next_question_s_request_u
             continue;
         }
         assert_eq!(requests.len(), 3);
-        let (warm, asked) = (&requests[1], &requests[2]);
-        assert!(warm.prefill && !asked.prefill);
-        assert_eq!(warm.system, asked.system);
-        assert_eq!(warm.tools, asked.tools);
+        assert_warmed_for(&requests[1], &requests[2], "the history");
         assert_eq!(
-            warm.messages[..],
-            asked.messages[..asked.messages.len() - 1],
-            "the history, as the question's request has it"
+            requests[1].messages.len(),
+            2,
+            "the first question and its answer"
         );
-        assert_eq!(warm.messages.len(), 2, "the first question and its answer");
     }
 }
 
@@ -658,14 +675,7 @@ async fn voice_reply_ended(orb: &mut jarvis::service::VoiceAttachment) {
 /// the question. A release, or a microphone already open, sends nothing more.
 #[tokio::test]
 async fn the_orb_opening_its_microphone_warms_the_local_model_with_the_voice_conversation() {
-    let dir = Dir::new();
-    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let backend = std::sync::Arc::new(Recording {
-        requests: requests.clone(),
-        prefills: true,
-    });
-    let options = jarvis::ServiceOptions::from_settings(&jarvis::config::Settings::default());
-    let service = jarvis::Service::start(dir.store(), backend, options);
+    let (_dir, requests, service) = recording_service(true);
     let mut orb = service.voice_attach().await.unwrap();
     let sent = || requests.lock().unwrap().len();
     service.voice_ask("My dog is called Bruno.").await.unwrap();
@@ -680,16 +690,9 @@ async fn the_orb_opening_its_microphone_warms_the_local_model_with_the_voice_con
     eventually("the second question sent", || sent() == 3).await;
     {
         let requests = requests.lock().unwrap();
-        let (warm, asked) = (&requests[1], &requests[2]);
-        assert!(warm.prefill && !asked.prefill, "the release warms nothing");
-        assert_eq!(warm.system, asked.system);
-        assert_eq!(warm.tools, asked.tools);
-        assert_eq!(
-            warm.messages[..],
-            asked.messages[..asked.messages.len() - 1],
-            "the voice conversation, as its next question's request has it"
-        );
-        assert_eq!(warm.messages.len(), 2);
+        // (The release warmed nothing: the request after the warm-up is the question's.)
+        assert_warmed_for(&requests[1], &requests[2], "the voice conversation");
+        assert_eq!(requests[1].messages.len(), 2);
     }
 
     // Wake mode: the microphone listens for "Hey Jarvis" (nothing to warm for: a question
