@@ -13,6 +13,7 @@ const COMMANDS: &[&str] = &[
     "ask",
     "retry",
     "stop_reply",
+    "consent",
     "attach_chat",
     "watch_activity",
     "get_settings",

@@ -46,5 +46,5 @@ pub mod terminal;
 pub mod tools;
 pub mod voice;
 
-pub use service::{AskError, Attachment, Event, Service, ServiceError, ServiceOptions};
+pub use service::{AskError, Attachment, Consent, Event, Service, ServiceError, ServiceOptions};
 pub use store::{ChatId, RecordId, ReplyId, ReplyState, Store};

@@ -328,8 +328,9 @@ fn open_store(config: &Config) -> Result<Store> {
 fn start_service(config: &Config) -> Result<Service> {
     let backend: Arc<dyn Backend> = llm::from_config(config, &env)?;
     let store = open_store(config)?;
-    let options =
-        ServiceOptions::from_settings(&config.settings).with_recall(&store, &config.model_dir());
+    let options = ServiceOptions::from_settings(&config.settings)
+        .with_recall(&store, &config.model_dir())
+        .with_mcp(jarvis::mcp::Servers::of(&config.settings.mcp));
     Ok(Service::start(store, backend, options))
 }
 
@@ -918,7 +919,55 @@ async fn stream_reply(
                 writeln!(stdout)?;
                 return Ok(Ended::Reply(state, reason));
             }
+            // A call to one of the user's tools waits for their yes: asked on the terminal.
+            Some(Event::Consent {
+                call,
+                server,
+                tool,
+                arguments,
+                ..
+            }) => {
+                let consent = consent_on_terminal(&server, &tool, &arguments).await;
+                service.consent(reply, &call, consent);
+            }
+            Some(Event::Consented { .. } | Event::ToolCalled { .. }) => {}
             Some(Event::ReplyStarted { .. } | Event::Running { .. }) => {}
+        }
+    }
+}
+
+/// Asks on the terminal (`/dev/tty`, whatever stdin is) whether a tool call may run; with no
+/// terminal to ask, it is denied and the user told why.
+async fn consent_on_terminal(server: &str, tool: &str, arguments: &str) -> jarvis::Consent {
+    use jarvis::terminal::scrub;
+    eprintln!(
+        "Jarvis wants to use {} · {} with:\n{}",
+        scrub(server),
+        scrub(tool),
+        scrub(arguments)
+    );
+    let asked = tokio::task::spawn_blocking(|| -> std::io::Result<String> {
+        use std::io::BufRead as _;
+        let mut tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")?;
+        write!(tty, "Allow it? [o]nce, [a]lways for this tool, [N]o: ")?;
+        tty.flush()?;
+        let mut line = String::new();
+        std::io::BufReader::new(tty).read_line(&mut line)?;
+        Ok(line)
+    })
+    .await;
+    match asked {
+        Ok(Ok(line)) => match line.trim().to_lowercase().as_str() {
+            "o" | "once" | "y" | "yes" => jarvis::Consent::Once,
+            "a" | "always" => jarvis::Consent::Always,
+            _ => jarvis::Consent::Deny,
+        },
+        _ => {
+            eprintln!("(denied: there is no terminal to ask; set approve = \"always\" for the server to run its tools unasked)");
+            jarvis::Consent::Deny
         }
     }
 }

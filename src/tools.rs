@@ -5,6 +5,9 @@
 
 use thiserror::Error;
 
+use crate::config::Approve;
+use crate::llm::ToolSpec;
+use crate::mcp::Servers;
 use crate::memory;
 
 /// The most characters of one tool's result the model is sent; the rest is cut, and it is told.
@@ -75,6 +78,81 @@ pub fn namespaced(server: &str, tool: &str) -> Result<String, ToolNameError> {
     }
     debug_assert!(!reserved(&name));
     Ok(name)
+}
+
+/// A tool of the user's MCP servers as the model is offered it, and where a call to it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plugged {
+    /// What the model is told of it: its namespaced name, and its description and JSON schema as
+    /// the server gave them.
+    pub spec: ToolSpec,
+    /// Its server, by its name in the settings.
+    pub server: String,
+    /// Its name on the server.
+    pub tool: String,
+    /// Whether a call waits for the user (the server's setting).
+    pub approve: Approve,
+}
+
+/// The tools of the user's MCP servers to offer with a request, in the settings' order: a
+/// server not running is started and waited for; one that cannot start is left out (logged). A
+/// tool whose name cannot be namespaced, or that would take another's namespaced name, is left
+/// out too.
+pub async fn plugged(servers: &Servers) -> Vec<Plugged> {
+    let mut out: Vec<Plugged> = Vec::new();
+    for (server, tools) in servers.offered().await {
+        let approve = servers
+            .settings_of(&server)
+            .map(|s| s.approve)
+            .unwrap_or_default();
+        for tool in tools {
+            let name = match namespaced(&server, &tool.name) {
+                Ok(name) => name,
+                Err(err) => {
+                    tracing::warn!(%server, "a tool is not offered: {err}");
+                    continue;
+                }
+            };
+            if out.iter().any(|p| p.spec.name == name) {
+                tracing::warn!(%server, tool = %tool.name, "not offered: another tool of it has the same name once namespaced ({name})");
+                continue;
+            }
+            let description = [Some(&tool.description), tool.title.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|d| !d.trim().is_empty())
+                .cloned()
+                .unwrap_or_else(|| tool.name.clone());
+            out.push(Plugged {
+                spec: ToolSpec {
+                    name,
+                    description,
+                    input_schema: tool.input_schema,
+                },
+                server: server.clone(),
+                tool: tool.name,
+                approve,
+            });
+        }
+    }
+    out
+}
+
+/// Why a call to `name`, a tool not offered, names a server of the settings that is not running:
+/// its failure ("the MCP server NAME could not be started: …").
+pub fn why_not_offered(servers: &Servers, name: &str) -> Option<String> {
+    let (server, _) = name.split_once("__")?;
+    servers
+        .states()
+        .into_iter()
+        .find_map(|(n, state)| match state {
+            crate::mcp::ServerState::Failed { reason }
+                if namespaced(&n, "x").is_ok_and(|x| x.strip_suffix("__x") == Some(server)) =>
+            {
+                Some(reason)
+            }
+            _ => None,
+        })
 }
 
 /// A tool's result as the model is sent it: at most [`RESULT_LIMIT`] characters (the model is

@@ -6,9 +6,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use jarvis::config::{McpServerSettings, McpSettings};
+use jarvis::config::{Approve, BackendKind, McpServerSettings, McpSettings};
 use jarvis::mcp::{McpError, ServerState, Servers};
+use jarvis::store::Role;
+use jarvis::{Consent, Event, ReplyState, Service, ServiceOptions};
+use jarvis_stub::{Script, Stub};
 use serde_json::json;
 use support::*;
 
@@ -359,4 +363,462 @@ async fn jarvis_mcp_lists_the_servers_shows_a_servers_tools_and_calls_one() {
     let (code, _, err) = output(jarvis(&dir).args(["mcp", "list"])).await;
     assert_ne!(code, 0);
     assert!(err.contains("a server's name is 1 to 32 letters"), "{err}");
+}
+
+// ---- The model's calls to the servers' tools, through the service, against the stub. ----
+
+/// The service answering through the stub, with `mcp`'s servers' tools offered.
+fn service_with_tools(dir: &Dir, stub: &Stub, kind: BackendKind, mcp: McpSettings) -> Service {
+    let mut settings = settings(kind, stub);
+    settings.mcp = mcp;
+    let config = dir.config(settings);
+    let backend =
+        jarvis::llm::from_config(&config, &env_with(&[("ANTHROPIC_API_KEY", "test-key")]))
+            .expect("backend");
+    let options =
+        ServiceOptions::from_settings(&config.settings).with_mcp(Servers::of(&config.settings.mcp));
+    Service::start(dir.store(), backend, options)
+}
+
+fn mcp(list: Vec<McpServerSettings>, call_timeout_secs: f64) -> McpSettings {
+    McpSettings {
+        servers: list,
+        call_timeout_secs,
+        start_timeout_secs: 60.0,
+    }
+}
+
+fn approving(mut server: McpServerSettings, approve: Approve) -> McpServerSettings {
+    server.approve = approve;
+    server
+}
+
+/// The tools a request body offers, as (name, description, schema), either wire format.
+fn offered(body: &serde_json::Value) -> Vec<(String, String, serde_json::Value)> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    let f = if t["function"].is_object() {
+                        &t["function"]
+                    } else {
+                        t
+                    };
+                    let schema = if f["parameters"].is_object() {
+                        f["parameters"].clone()
+                    } else {
+                        f["input_schema"].clone()
+                    };
+                    (
+                        f["name"].as_str().unwrap_or_default().to_string(),
+                        f["description"].as_str().unwrap_or_default().to_string(),
+                        schema,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The chat's action lines (tool records), in order.
+fn action_lines(service: &Service, chat: jarvis::ChatId) -> Vec<String> {
+    service
+        .store()
+        .records(chat)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.role == Role::Tool)
+        .map(|r| r.text)
+        .collect()
+}
+
+/// Reads `reply`'s events until a call waits for consent; returns it (call id, server, tool,
+/// arguments).
+async fn until_consent(
+    attachment: &mut jarvis::Attachment,
+    reply: jarvis::ReplyId,
+) -> (String, String, String, String) {
+    let read = async {
+        while let Some(event) = attachment.next_of(reply).await {
+            match event {
+                Event::Consent {
+                    call,
+                    server,
+                    tool,
+                    arguments,
+                    ..
+                } => return (call, server, tool, arguments),
+                Event::ReplyEnded { state, reason, .. } => {
+                    panic!("the reply ended ({state:?}, {reason:?}) without asking")
+                }
+                _ => {}
+            }
+        }
+        panic!("the service went away")
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("no call waited for consent")
+}
+
+async fn the_models_calls_reach_the_everything_server_and_its_results_the_next_request(
+    kind: BackendKind,
+) {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("Let me check.")
+            .tool_call("c1", "everything__echo", r#"{"message": "hello, Jarvis"}"#)
+            .tool_call("c2", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+    );
+    stub.push(Script::text("It says hello, and 2 and 3 make 5."));
+    let dir = Dir::new();
+    let everything = reference("mcp-server-everything");
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        kind,
+        mcp(
+            vec![approving(
+                server("everything", &everything, &["stdio"]),
+                Approve::Always,
+            )],
+            30.0,
+        ),
+    );
+    let (chat, reply, mut attachment) = ask_new(&service, "Echo hello and add 2 and 3.").await;
+    let events = until_end_within(Duration::from_secs(90), &mut attachment, reply).await;
+    assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
+    assert_eq!(
+        text_of(&events),
+        "Let me check.\n\nIt says hello, and 2 and 3 make 5."
+    );
+    let received = stub.received();
+    assert_eq!(received.len(), 2);
+    // Offered beside the memory tools, namespaced, with the server's description and schema.
+    let tools = offered(&received[0].body);
+    let names: Vec<&str> = tools.iter().map(|t| t.0.as_str()).collect();
+    assert!(
+        names.contains(&"remember_fact") && names.contains(&"forget_fact"),
+        "{names:?}"
+    );
+    let echo = tools
+        .iter()
+        .find(|t| t.0 == "everything__echo")
+        .unwrap_or_else(|| panic!("echo offered: {names:?}"));
+    assert!(echo.1.to_lowercase().contains("echo"), "{}", echo.1);
+    assert_eq!(echo.2["required"], json!(["message"]));
+    assert_eq!(echo.2["properties"]["message"]["type"], "string");
+    assert!(names.contains(&"everything__get-sum"), "{names:?}");
+    // Both results went back, marked as text from outside.
+    let results = tool_results(&received[1].body);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("Echo: hello, Jarvis"), "{results:?}");
+    assert!(
+        results[1].contains("The sum of 2 and 3 is 5."),
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|r| r.starts_with(jarvis::envelope::OUTSIDE_OPEN)),
+        "{results:?}"
+    );
+    // The chat keeps each call as an action line: what was called, with what, and what came.
+    let lines = action_lines(&service, chat);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("Used everything · echo\n"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains("\"message\": \"hello, Jarvis\""),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].ends_with("Echo: hello, Jarvis"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("Used everything · get-sum\n"),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::ToolCalled { .. }))
+            .count(),
+        2
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Consent { .. })),
+        "approve = always asks nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_models_calls_reach_the_everything_server_and_its_results_the_next_request_anthropic() {
+    the_models_calls_reach_the_everything_server_and_its_results_the_next_request(
+        BackendKind::Anthropic,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_models_calls_reach_the_everything_server_and_its_results_the_next_request_openai() {
+    the_models_calls_reach_the_everything_server_and_its_results_the_next_request(
+        BackendKind::Openai,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_is_read_only_after_the_users_allow_and_a_deny_reaches_the_model_as_a_refusal() {
+    let folder = tempfile::tempdir().unwrap();
+    let secret = folder.path().join("plans.txt");
+    std::fs::write(&secret, "The launch is on Tuesday.").unwrap();
+    let path = secret.display().to_string();
+    let call = format!(r#"{{"path": {}}}"#, json!(path));
+    let stub = Stub::start().await.unwrap();
+    for n in 1..=4 {
+        stub.push(Script::text("").tool_call(&format!("c{n}"), "files__read_text_file", &call));
+        stub.push(Script::text(format!("Answer {n}.")));
+    }
+    let dir = Dir::new();
+    let filesystem = reference("mcp-server-filesystem");
+    let folder_arg = folder.path().display().to_string();
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        BackendKind::Anthropic,
+        mcp(vec![server("files", &filesystem, &[&folder_arg])], 30.0),
+    );
+    let chat = service.new_chat(None).await.unwrap().id;
+    let mut attachment = service.attach(chat).await.unwrap();
+
+    // Denied: nothing is read, and the model is told as a tool's ordinary result.
+    let reply = service.ask(chat, "What is in plans.txt?").await.unwrap();
+    let (id, server_name, tool, arguments) = until_consent(&mut attachment, reply).await;
+    assert_eq!(
+        (id.as_str(), server_name.as_str(), tool.as_str()),
+        ("c1", "files", "read_text_file")
+    );
+    assert!(arguments.contains(&path), "{arguments}");
+    assert_eq!(
+        service.actions_running(chat),
+        1,
+        "a call waiting for consent is an action still running"
+    );
+    assert!(service.consent(reply, "c1", Consent::Deny));
+    assert!(
+        !service.consent(reply, "c1", Consent::Once),
+        "answered once"
+    );
+    let events = until_end_within(Duration::from_secs(90), &mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Done);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Consented { call, allowed: false, .. } if call == "c1")));
+    let denied = tool_results(&stub.received()[1].body);
+    assert_eq!(denied.len(), 1);
+    assert!(
+        denied[0].contains("was not run: the user denied it"),
+        "{denied:?}"
+    );
+    assert!(!denied[0].contains("Tuesday"), "{denied:?}");
+    assert_eq!(service.actions_running(chat), 0);
+
+    // Allowed once: read, and the next call asks again.
+    let reply = service.ask(chat, "Please read it.").await.unwrap();
+    until_consent(&mut attachment, reply).await;
+    assert!(service.consent(reply, "c2", Consent::Once));
+    until_end_within(Duration::from_secs(90), &mut attachment, reply).await;
+    let read = tool_results(&stub.received()[3].body);
+    assert!(
+        read.last().unwrap().contains("The launch is on Tuesday."),
+        "{read:?}"
+    );
+
+    // Always allowed: this call runs, and the next without asking.
+    let reply = service.ask(chat, "And again.").await.unwrap();
+    until_consent(&mut attachment, reply).await;
+    assert!(service.consent(reply, "c3", Consent::Always));
+    until_end_within(Duration::from_secs(90), &mut attachment, reply).await;
+    assert_eq!(
+        dir.store().allowed_tools().unwrap(),
+        [("files".to_string(), "read_text_file".to_string())]
+    );
+    let reply = service.ask(chat, "Once more.").await.unwrap();
+    let events = until_end_within(Duration::from_secs(90), &mut attachment, reply).await;
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Consent { .. })),
+        "{events:?}"
+    );
+    let read = tool_results(&stub.received()[7].body);
+    assert!(
+        read.last().unwrap().contains("The launch is on Tuesday."),
+        "{read:?}"
+    );
+
+    let lines = action_lines(&service, chat);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines[0].starts_with("Not run: files · read_text_file — denied\n"),
+        "{}",
+        lines[0]
+    );
+    assert!(!lines[0].contains("Tuesday"));
+    for line in &lines[1..] {
+        assert!(line.starts_with("Used files · read_text_file\n"), "{line}");
+        assert!(line.ends_with("The launch is on Tuesday."), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_ends_a_reply_whose_call_waits_for_consent_or_runs() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("c1", "asks__work", "{}"));
+    stub.push(Script::text("").tool_call("c2", "slow__work", "{}"));
+    let dir = Dir::new();
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        BackendKind::Anthropic,
+        mcp(
+            vec![
+                misbehaving("asks", "fine"),
+                approving(misbehaving("slow", "silent"), Approve::Always),
+            ],
+            // Longer than any test: only Stop ends the silent call.
+            600.0,
+        ),
+    );
+    // Stop while the call waits for the user.
+    let (chat, reply, mut attachment) = ask_new(&service, "Do some work.").await;
+    until_consent(&mut attachment, reply).await;
+    assert!(service.stop(chat).await.unwrap());
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Stopped, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Consented { allowed: false, .. })),
+        "the card goes"
+    );
+    assert!(
+        !service.consent(reply, "c1", Consent::Once),
+        "no longer waits"
+    );
+    assert_eq!(service.actions_running(chat), 0);
+
+    // Stop while the call runs: the call counts as an action until then.
+    let reply = service.ask(chat, "Do slow work.").await.unwrap();
+    let read = async {
+        while let Some(event) = attachment.next_of(reply).await {
+            if matches!(&event, Event::Action { label, .. } if label == "Using slow · work…") {
+                return;
+            }
+            assert!(!matches!(event, Event::ReplyEnded { .. }), "{event:?}");
+        }
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("the call ran");
+    assert_eq!(service.actions_running(chat), 1);
+    assert!(service.stop(chat).await.unwrap());
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events).0, ReplyState::Stopped, "{events:?}");
+    assert_eq!(service.actions_running(chat), 0);
+    assert_eq!(stub.received().len(), 2, "nothing more was asked");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_exits_hangs_or_cannot_start_is_a_tool_error_and_the_reply_goes_on() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(
+        Script::text("")
+            .tool_call("c1", "crashes__work", "{}")
+            .tool_call("c2", "hangs__work", "{}")
+            .tool_call("c3", "missing__work", "{}")
+            .tool_call("c4", "fine__work", "{}"),
+    );
+    stub.push(Script::text("Some of it worked."));
+    let dir = Dir::new();
+    let always = |s| approving(s, Approve::Always);
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        BackendKind::Openai,
+        mcp(
+            vec![
+                always(misbehaving("crashes", "exit")),
+                always(misbehaving("hangs", "silent")),
+                always(server("missing", "/nonexistent/mcp-server", &[])),
+                always(misbehaving("fine", "fine")),
+            ],
+            2.0,
+        ),
+    );
+    let (chat, reply, mut attachment) = ask_new(&service, "Work.").await;
+    let events = until_end(&mut attachment, reply).await;
+    assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
+    assert_eq!(text_of(&events), "Some of it worked.");
+    let names: Vec<String> = offered(&stub.received()[0].body)
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("missing__")),
+        "a server that cannot start offers nothing: {names:?}"
+    );
+    let results = tool_results(&stub.received()[1].body);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(results[0].contains("exited while answering"), "{results:?}");
+    assert!(
+        results[1].contains("did not answer the call to work within 2 s"),
+        "{results:?}"
+    );
+    assert!(
+        results[2].contains("was not run: the MCP server missing could not be started")
+            && results[2].contains("/nonexistent/mcp-server"),
+        "{results:?}"
+    );
+    assert!(results[3].contains("worked"), "{results:?}");
+    let lines = action_lines(&service, chat);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].starts_with("Used crashes · work — failed\n"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("Used hangs · work — failed\n"),
+        "{lines:?}"
+    );
+    assert!(lines[2].starts_with("Used fine · work\n"), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_in_the_voice_conversation_that_needs_consent_is_not_run_and_the_model_is_told_why()
+{
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("c1", "asks__work", "{}"));
+    stub.push(Script::text("Please allow it in the chat window."));
+    let dir = Dir::new();
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        BackendKind::Anthropic,
+        mcp(vec![misbehaving("asks", "fine")], 30.0),
+    );
+    // Typed into the orb: still the voice conversation, which shows no action card.
+    service.voice_ask("Do some work.").await.unwrap();
+    eventually("the call's result sent back", || stub.received().len() == 2).await;
+    let results = tool_results(&stub.received()[1].body);
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].contains("asks__work was not run: it needs the user's consent")
+            && results[0].contains("chat window"),
+        "{results:?}"
+    );
 }

@@ -37,22 +37,6 @@ fn system_of(body: &Value) -> String {
     }
 }
 
-/// The text of every tool result in a request body, either wire format.
-fn tool_results(body: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for m in body["messages"].as_array().unwrap() {
-        if m["role"] == "tool" {
-            out.push(m["content"].as_str().unwrap_or_default().to_string());
-        }
-        if let Some(blocks) = m["content"].as_array() {
-            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
-                out.push(b["content"].as_str().unwrap_or_default().to_string());
-            }
-        }
-    }
-    out
-}
-
 fn last_user_text(body: &Value) -> String {
     let last = body["messages"].as_array().unwrap().last().unwrap();
     match &last["content"] {

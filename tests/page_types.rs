@@ -117,6 +117,7 @@ fn generated() -> String {
     declare::<Chat>(&cfg, out);
     declare::<Record>(&cfg, out);
     declare::<Event>(&cfg, out);
+    declare::<jarvis::Consent>(&cfg, out);
     declare::<Asked>(&cfg, out);
     declare::<Activity>(&cfg, out);
     declare::<ListenMode>(&cfg, out);

@@ -114,9 +114,18 @@ pub fn run(keys: Vec<(&'static str, String)>) -> anyhow::Result<()> {
             } => api.prevent_exit(),
             tauri::RunEvent::Exit => {
                 // No listening thread may still run the speech models as the process ends.
-                let voice = app.state::<AppState>().session.voice().clone();
+                let session = app.state::<AppState>().session.clone();
+                let voice = session.voice().clone();
                 if !voice.stop_for_exit(std::time::Duration::from_secs(2)) {
                     tracing::warn!("the listening thread had not ended when Jarvis quit");
+                }
+                // The user's MCP servers end with Jarvis (a server's whole process group).
+                let stopped = tauri::async_runtime::block_on(tokio::time::timeout(
+                    std::time::Duration::from_secs(3),
+                    session.stop_tools(),
+                ));
+                if stopped.is_err() {
+                    tracing::warn!("the MCP servers had not all stopped when Jarvis quit");
                 }
             }
             _ => {}

@@ -45,6 +45,7 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         ask,
         retry,
         stop_reply,
+        consent,
         attach_chat,
         watch_activity,
         get_settings,
@@ -224,6 +225,18 @@ async fn retry(state: State<'_, AppState>, chat: ChatId) -> Res<ReplyId> {
 #[tauri::command]
 async fn stop_reply(state: State<'_, AppState>, chat: ChatId) -> Res<bool> {
     Ok(state.service.stop(chat).await?)
+}
+
+/// The user's answer to a tool call that waits for it (the chat's action card); false when the
+/// call no longer waits.
+#[tauri::command]
+fn consent(
+    state: State<'_, AppState>,
+    reply: jarvis::ReplyId,
+    call: String,
+    consent: jarvis::Consent,
+) -> bool {
+    state.service.consent(reply, &call, consent)
 }
 
 /// Attaches the calling window to a chat: its current (or last) reply from the first event, then

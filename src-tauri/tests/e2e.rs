@@ -711,6 +711,121 @@ async fn a_fact_the_model_stores_shows_in_its_chat_with_undo_and_the_panel_says_
 
 #[tokio::test]
 #[ignore = "needs a display: run scripts/e2e"]
+async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_reads_nothing() {
+    let _one = one_app_at_a_time().await;
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mcp-servers/node_modules/.bin/mcp-server-filesystem");
+    assert!(
+        server.exists(),
+        "the reference MCP servers are missing: run scripts/mcp-servers"
+    );
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    let folder = data.path().join("documents");
+    std::fs::create_dir_all(&folder).unwrap();
+    let plans = folder.join("plans.txt");
+    std::fs::write(&plans, "The launch is on Tuesday.").unwrap();
+    let mut settings = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    settings.push_str(&format!(
+        "[[mcp.servers]]\nname = \"files\"\ncommand = {}\nargs = [{}]\n",
+        toml_string(&server.display().to_string()),
+        toml_string(&folder.display().to_string())
+    ));
+    std::fs::write(data.path().join("settings.toml"), settings).unwrap();
+    let read = format!(
+        r#"{{"path": {}}}"#,
+        serde_json::json!(plans.display().to_string())
+    );
+    for n in 1..=2 {
+        stub.push(Script::text("").tool_call(&format!("c{n}"), "files__read_text_file", &read));
+        stub.push(Script::text(format!("Answer {n}.")));
+    }
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+
+    // Denied: the card goes, nothing is read, the model is told.
+    app.type_question("What is in plans.txt?").await;
+    app.wait_for("the action card", |app| async move {
+        (app.count(".consent-card button").await == 3).then_some(())
+    })
+    .await;
+    let card = app.text(".consent-card").await;
+    assert!(
+        card.contains("Jarvis wants to use read_text_file from files")
+            && card.contains("plans.txt"),
+        "{card}"
+    );
+    assert!(app
+        .text("#composer-note")
+        .await
+        .contains("waits for your answer"));
+    app.screenshots("consent-card").await;
+    app.click(".consent-card [data-consent=deny]").await;
+    app.wait_for_state("done").await;
+    assert_eq!(app.count(".consent-card").await, 0);
+    let told = tool_results_of(&stub.received()[1].body);
+    assert!(
+        told.contains("the user denied it") && !told.contains("Tuesday"),
+        "{told}"
+    );
+    app.wait_for("the denied call's line", |app| async move {
+        (app.count(".action-line.tool-call").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.text(".action-line.tool-call summary").await,
+        "Not run: files · read_text_file — denied"
+    );
+
+    // Allowed once: read, its line folded under what was called, its result unfolding.
+    app.type_question("Please read it.").await;
+    app.wait_for("the action card", |app| async move {
+        (app.count(".consent-card button").await == 3).then_some(())
+    })
+    .await;
+    app.click(".consent-card [data-consent=once]").await;
+    app.wait_for_state("done").await;
+    app.wait_for("the read call's line", |app| async move {
+        (app.count(".action-line.tool-call").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(app.live_text().await.trim(), "Answer 2.");
+    let told = tool_results_of(&stub.received()[3].body);
+    assert!(told.contains("The launch is on Tuesday."), "{told}");
+    let summaries = app.texts(".action-line.tool-call summary").await;
+    assert_eq!(summaries[1], "Used files · read_text_file", "{summaries:?}");
+    assert_eq!(app.count(".action-line.tool-call[open]").await, 0, "folded");
+    app.click(".action-line.tool-call:last-of-type summary")
+        .await;
+    let detail = app
+        .text(".action-line.tool-call[open] .tool-call-detail")
+        .await;
+    assert!(
+        detail.contains("plans.txt") && detail.contains("The launch is on Tuesday."),
+        "{detail}"
+    );
+    app.screenshots("tool-call-line").await;
+}
+
+/// Every tool result's text in a request body (the OpenAI wire format the app's stub speaks).
+fn tool_results_of(body: &serde_json::Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
 async fn the_memory_panel_shows_where_facts_came_from_deletes_a_summary_and_turns_recall_off() {
     use jarvis::memory::embed::Embedder as _;
     let _one = one_app_at_a_time().await;

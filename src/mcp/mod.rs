@@ -168,6 +168,14 @@ impl Said {
 /// One server's place: held while it starts, so one slow server never holds up another.
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
 
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Servers")
+            .field("names", &self.names())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The servers of the settings, each started when first needed and kept running.
 pub struct Servers {
     settings: Vec<McpServerSettings>,
@@ -186,7 +194,14 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 struct Failure {
     error: McpError,
     retry_from: Instant,
+    /// Its start failed (it did not die later): its tools are not waited for when a reply's tools
+    /// are offered until [`OFFER_HOLD`] after this.
+    start_failed: Option<Instant>,
 }
+
+/// How long a server whose start failed is left out of the tools offered with each question
+/// (each would otherwise wait for its start again); a call or `jarvis mcp` still tries it.
+const OFFER_HOLD: Duration = Duration::from_secs(60);
 
 /// How long a stopping server is given to end by itself before it is killed.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -209,6 +224,11 @@ impl Servers {
                 .collect(),
             failed: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The servers `settings` names, shared, or none where it names none.
+    pub fn of(settings: &McpSettings) -> Option<Arc<Servers>> {
+        (!settings.servers.is_empty()).then(|| Arc::new(Servers::new(settings)))
     }
 
     /// The servers' names, in the settings' order.
@@ -255,6 +275,40 @@ impl Servers {
                     None => ServerState::NotStarted,
                 };
                 (name, state)
+            })
+            .collect()
+    }
+
+    /// Every server's tools, for a request to offer: a server not running is started (and waited
+    /// for, as one starting already is), one whose start failed within the last minute is left
+    /// out with its reason logged, as is one that fails now. In the settings' order.
+    pub async fn offered(&self) -> Vec<(String, Vec<ToolInfo>)> {
+        let names: Vec<String> = {
+            let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            self.names()
+                .into_iter()
+                .filter(|name| {
+                    let held = failed
+                        .get(name)
+                        .and_then(|f| f.start_failed)
+                        .is_some_and(|at| at.elapsed() < OFFER_HOLD);
+                    if held {
+                        tracing::debug!(server = %name, "not offered: its start failed a moment ago");
+                    }
+                    !held
+                })
+                .collect()
+        };
+        let found = futures::future::join_all(names.iter().map(|name| self.tools(name))).await;
+        names
+            .into_iter()
+            .zip(found)
+            .filter_map(|(name, found)| match found {
+                Ok(tools) => Some((name, tools)),
+                Err(err) => {
+                    tracing::warn!(server = %name, "its tools are not offered: {err}");
+                    None
+                }
             })
             .collect()
     }
@@ -378,6 +432,7 @@ impl Servers {
                     Failure {
                         error: gone,
                         retry_from: Instant::now(),
+                        start_failed: None,
                     },
                 );
         }
@@ -420,6 +475,7 @@ impl Servers {
                     Failure {
                         error: err.clone(),
                         retry_from: Instant::now() + RETRY_AFTER,
+                        start_failed: Some(Instant::now()),
                     },
                 );
                 Err(err)

@@ -68,6 +68,38 @@ pub enum Event {
         /// The fact.
         text: String,
     },
+    /// A call to a tool of the user's MCP servers waits for their consent: the chat window shows
+    /// an action card (Allow once, Always allow this tool, Deny), answered through
+    /// `Service::consent`.
+    Consent {
+        /// The reply.
+        reply: ReplyId,
+        /// The call's id (the card's answer names it).
+        call: String,
+        /// The server, by its name in the settings.
+        server: String,
+        /// The tool, by its name on the server.
+        tool: String,
+        /// The call's arguments as JSON, indented (cut where very long).
+        arguments: String,
+    },
+    /// The call no longer waits for consent (answered, or the reply stopped): its card goes.
+    Consented {
+        /// The reply.
+        reply: ReplyId,
+        /// The call's id.
+        call: String,
+        /// Whether it was allowed.
+        allowed: bool,
+    },
+    /// A tool call's action line (what was called, its arguments and result) was kept as a
+    /// record of the chat.
+    ToolCalled {
+        /// The reply.
+        reply: ReplyId,
+        /// The tool, as the model named it.
+        tool: String,
+    },
     /// A piece of the reply's text.
     Delta {
         /// The reply.
@@ -97,6 +129,9 @@ impl Event {
             | Event::Delta { reply, .. }
             | Event::Action { reply, .. }
             | Event::Remembered { reply, .. }
+            | Event::Consent { reply, .. }
+            | Event::Consented { reply, .. }
+            | Event::ToolCalled { reply, .. }
             | Event::ReplyEnded { reply, .. } => *reply,
         }
     }

@@ -3,6 +3,7 @@
 //! window or a CLI that goes away never stops one: only [`Service::stop`] does.
 
 mod actions;
+mod consent;
 mod events;
 mod housekeeping;
 mod reply;
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use actions::{ActionGuard, Actions};
+pub use consent::Consent;
 pub use events::{Attachment, Event, WAITING_MESSAGE};
 pub use housekeeping::Housekeeping;
 pub use voice::{
@@ -106,6 +108,9 @@ pub struct ServiceOptions {
     pub context_tokens: usize,
     /// The longest reply kept, in characters.
     pub max_chars: usize,
+    /// The user's MCP servers, whose tools are offered beside the memory tools (none: only the
+    /// memory tools).
+    pub mcp: Option<Arc<crate::mcp::Servers>>,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -137,7 +142,14 @@ impl ServiceOptions {
             earlier_conversations: settings.memory.earlier_conversations,
             context_tokens: settings.replies.context_tokens,
             max_chars: settings.replies.max_chars.max(1),
+            mcp: None,
         }
+    }
+
+    /// These options with the user's MCP servers, whose tools are then offered to the model.
+    pub fn with_mcp(mut self, servers: Option<Arc<crate::mcp::Servers>>) -> ServiceOptions {
+        self.mcp = servers;
+        self
     }
 
     /// Recall, when it is installed and the user lets Jarvis use earlier conversations.
@@ -243,6 +255,8 @@ pub struct Service {
     recall: Option<Arc<crate::memory::recall::Recall>>,
     /// What runs for each chat besides its replies' words (the state block counts them).
     actions: Actions,
+    /// The tool calls waiting for the user's consent.
+    consents: consent::Consents,
 }
 
 /// What the handle reads of the voice conversation without asking the actor.
@@ -291,8 +305,10 @@ impl Service {
         };
         let recall = options.recall.clone();
         let actions = Actions::default();
+        let consents = consent::Consents::default();
         let actor = Actor {
             actions: actions.clone(),
+            consents: consents.clone(),
             housekeeping: Housekeeping::new(),
             permits: Arc::new(Semaphore::new(backend.max_concurrent().max(1))),
             store: store.clone(),
@@ -314,6 +330,7 @@ impl Service {
             voice: handles,
             recall,
             actions,
+            consents,
         }
     }
 
@@ -321,6 +338,13 @@ impl Service {
     /// what the next request's state block will count.
     pub fn actions_running(&self, chat: ChatId) -> usize {
         self.actions.running(chat)
+    }
+
+    /// The user's answer to the tool call `call` of `reply`, which waits for it (an action card's
+    /// Allow once, Always allow this tool or Deny). False when that call does not wait (it was
+    /// answered already, or its reply ended).
+    pub fn consent(&self, reply: ReplyId, call: &str, consent: Consent) -> bool {
+        self.consents.answer(reply, call, consent)
     }
 
     async fn send(&self, command: Command) -> Result<(), ServiceError> {
@@ -586,6 +610,8 @@ impl ChatState {
 struct Actor {
     /// What runs for each chat besides its replies' words; the state block counts them.
     actions: Actions,
+    /// The tool calls waiting for the user's consent.
+    consents: consent::Consents,
     /// The summaries' way to the backend, which gives way to replies.
     housekeeping: Housekeeping,
     store: Store,
@@ -963,6 +989,8 @@ impl Actor {
             done,
             mode,
             actions: self.actions.clone(),
+            consents: self.consents.clone(),
+            in_conversation: self.voice.chat() == Some(chat),
             housekeeping: self.housekeeping.clone(),
             housekeeping_gives_way,
             settling: settling.clone(),

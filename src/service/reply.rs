@@ -17,7 +17,9 @@ use crate::llm::{
     self, Backend, Guarded, LlmEvent, Message, MessageRole, StopReason, ToolCall, ToolResult,
 };
 use crate::memory;
-use crate::store::{ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE};
+use crate::store::{
+    ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE, NOT_RUN, USED,
+};
 
 pub(crate) struct ReplyJob {
     pub chat: ChatId,
@@ -34,6 +36,10 @@ pub(crate) struct ReplyJob {
     pub mode: crate::prompt::Mode,
     /// What runs for each chat besides its replies' words (the state block counts them).
     pub actions: super::Actions,
+    /// The tool calls waiting for the user's consent.
+    pub consents: super::consent::Consents,
+    /// The reply is the voice conversation's (the orb's): no window shows it an action card.
+    pub in_conversation: bool,
     /// The summaries' way to the backend.
     pub housekeeping: super::Housekeeping,
     /// No permit was free because a summary held it, and it is giving way.
@@ -394,6 +400,33 @@ impl ReplyJob {
             Ok(assembled) => assembled,
             Err(err) => return Outcome::failed(err),
         };
+        // The user's MCP servers' tools, beside the memory tools (a server not running yet is
+        // started and waited for; Stop ends the wait).
+        let plugged = match self.options.mcp.clone() {
+            Some(servers) => {
+                let starting = servers.states().iter().any(|(_, state)| {
+                    matches!(
+                        state,
+                        crate::mcp::ServerState::NotStarted | crate::mcp::ServerState::Starting
+                    )
+                });
+                if starting {
+                    self.log.push(Event::Action {
+                        reply: self.reply,
+                        tool: "mcp".into(),
+                        label: "Starting your tools…".into(),
+                    });
+                }
+                match self.until_stopped(crate::tools::plugged(&servers)).await {
+                    Some(plugged) => plugged,
+                    None => return Outcome::stopped(),
+                }
+            }
+            None => Vec::new(),
+        };
+        request
+            .tools
+            .extend(plugged.iter().map(|tool| tool.spec.clone()));
         // The question's message: its state block is told again what runs before each round.
         let asked_at = request.messages.len().saturating_sub(1);
 
@@ -433,8 +466,51 @@ impl ReplyJob {
                     outcome = ended;
                     break;
                 }
-                Round::Calls { text: said, calls } => {
-                    for (call, _) in &calls {
+                Round::Calls {
+                    text: said,
+                    mut calls,
+                } => {
+                    // A call to a tool of a server that could not start is told why.
+                    if let Some(servers) = &self.options.mcp {
+                        for (call, refused) in &mut calls {
+                            if refused.as_deref() != Some(NOT_OFFERED) {
+                                continue;
+                            }
+                            if let Some(why) = crate::tools::why_not_offered(servers, &call.name) {
+                                *refused = Some(why);
+                            }
+                        }
+                    }
+                    // The calls to the user's tools first, one at a time, each with their consent
+                    // where it needs it: their results by the call's place in the round.
+                    let mut answered_before: std::collections::HashMap<usize, ToolResult> =
+                        Default::default();
+                    let mut stopped = false;
+                    for (n, (call, refused)) in calls.iter().enumerate() {
+                        let Some(tool) = plugged.iter().find(|p| p.spec.name == call.name) else {
+                            continue;
+                        };
+                        if refused.is_some() {
+                            continue;
+                        }
+                        match self.call_plugged(tool, call).await {
+                            Some(result) => {
+                                answered_before.insert(n, result);
+                            }
+                            None => {
+                                stopped = true;
+                                break;
+                            }
+                        }
+                    }
+                    if stopped {
+                        outcome = Outcome::stopped();
+                        break;
+                    }
+                    for (n, (call, _)) in calls.iter().enumerate() {
+                        if answered_before.contains_key(&n) {
+                            continue;
+                        }
                         self.log.push(Event::Action {
                             reply: self.reply,
                             tool: call.name.clone(),
@@ -450,7 +526,17 @@ impl ReplyJob {
                         let mut read = false;
                         let results = run
                             .iter()
-                            .map(|(call, refused)| match refused {
+                            .enumerate()
+                            .map(|(n, (call, refused))| match refused {
+                                // A call to the user's tools: answered above.
+                                None if answered_before.contains_key(&n) => {
+                                    read = true;
+                                    answered_before.remove(&n).unwrap_or_else(|| ToolResult {
+                                        id: call.id.clone(),
+                                        content: String::new(),
+                                        is_error: true,
+                                    })
+                                }
                                 // A tool's result is bounded, holds no envelope of the app's, and
                                 // is marked when it is text from outside.
                                 None => {
@@ -520,6 +606,160 @@ impl ReplyJob {
             tracing::warn!("the progress writer ended abnormally");
         }
         outcome
+    }
+
+    /// Waits for `work`, renewing the reply's lease meanwhile; `None` when Stop comes first
+    /// (`work` is dropped: a tool call in flight is abandoned, its server told).
+    async fn until_stopped<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::pin!(work);
+        let mut heartbeat = tokio::time::interval(LEASE / 3);
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return None,
+                done = &mut work => return Some(done),
+                _ = heartbeat.tick() => self.renew_lease().await,
+            }
+        }
+    }
+
+    /// Runs one call to a tool of the user's MCP servers: with their consent where the server's
+    /// setting asks for it (an action card in the chat, answered through `Service::consent`),
+    /// counted among the chat's running actions while it waits and runs, bounded by the
+    /// servers' timeout, its action line kept in the chat. Returns the result for the model — a
+    /// refusal or a failure is a result too, never the reply's end — or `None` when Stop came
+    /// first.
+    async fn call_plugged(
+        &self,
+        tool: &crate::tools::Plugged,
+        call: &ToolCall,
+    ) -> Option<ToolResult> {
+        use crate::config::Approve;
+        let servers = self.options.mcp.clone()?;
+        let shown = format!("{} · {}", tool.server, tool.tool);
+        let arguments = capped_chars(
+            serde_json::to_string_pretty(&call.arguments).unwrap_or_default(),
+            ARGUMENTS_SHOWN,
+        );
+        let not_run = |why: &str, line: String| {
+            let said = ToolResult {
+                id: call.id.clone(),
+                content: crate::envelope::neutralise(&format!(
+                    "{} was not run: {why}.",
+                    memory::shown_name(&call.name)
+                ))
+                .into_owned(),
+                is_error: false,
+            };
+            (said, line)
+        };
+        let (result, line) = 'ran: {
+            match tool.approve {
+                Approve::Never => {
+                    break 'ran not_run(
+                        "the user's settings never allow this server's tools to run",
+                        format!("{NOT_RUN}{shown} — never allowed in the settings\n{arguments}"),
+                    )
+                }
+                Approve::Always => {}
+                Approve::Ask => {
+                    let (store, server, name) =
+                        (self.store.clone(), tool.server.clone(), tool.tool.clone());
+                    let always = blocking(move || store.tool_allowed(&server, &name))
+                        .await
+                        .unwrap_or_else(|err| {
+                            tracing::warn!(%err, "could not read the tools always allowed; asking");
+                            false
+                        });
+                    if !always {
+                        if self.in_conversation || self.mode != crate::prompt::Mode::Typed {
+                            // The orb shows no card, and nothing runs unseen.
+                            break 'ran not_run(
+                                "it needs the user's consent, which the voice conversation cannot ask for yet; tell them to ask for it in the chat window, where they can allow it",
+                                format!("{NOT_RUN}{shown} — its consent is asked in the chat window\n{arguments}"),
+                            );
+                        }
+                        let mut waiting = self.consents.wait(self.reply, &call.id);
+                        let _waits = self.actions.start(self.chat);
+                        self.log.push(Event::Consent {
+                            reply: self.reply,
+                            call: call.id.clone(),
+                            server: tool.server.clone(),
+                            tool: tool.tool.clone(),
+                            arguments: arguments.clone(),
+                        });
+                        let answer = self.until_stopped(&mut waiting.answer).await;
+                        drop(waiting);
+                        let consent = match answer {
+                            Some(Ok(consent)) => consent,
+                            // Stop (or the service going away) ended the wait.
+                            _ => {
+                                self.log.push(Event::Consented {
+                                    reply: self.reply,
+                                    call: call.id.clone(),
+                                    allowed: false,
+                                });
+                                return None;
+                            }
+                        };
+                        let allowed = consent != super::Consent::Deny;
+                        self.log.push(Event::Consented {
+                            reply: self.reply,
+                            call: call.id.clone(),
+                            allowed,
+                        });
+                        if !allowed {
+                            break 'ran not_run(
+                                "the user denied it. Do not call it again unless they ask",
+                                format!("{NOT_RUN}{shown} — denied\n{arguments}"),
+                            );
+                        }
+                        if consent == super::Consent::Always {
+                            let (store, server, name) =
+                                (self.store.clone(), tool.server.clone(), tool.tool.clone());
+                            if let Err(err) =
+                                blocking(move || store.allow_tool(&server, &name)).await
+                            {
+                                tracing::warn!(%err, "could not keep that a tool is always allowed");
+                            }
+                        }
+                    }
+                }
+            }
+            self.log.push(Event::Action {
+                reply: self.reply,
+                tool: call.name.clone(),
+                label: format!("Using {shown}…"),
+            });
+            let _running = self.actions.start(self.chat);
+            let called = self
+                .until_stopped(servers.call(&tool.server, &tool.tool, call.arguments.clone()))
+                .await?;
+            let (content, is_error) = match called {
+                Ok(outcome) => (outcome.text, outcome.is_error),
+                Err(err) => (format!("The tool could not be used: {err}"), true),
+            };
+            let line = format!(
+                "{USED}{shown}{}\n{arguments}\n\n{}",
+                if is_error { " — failed" } else { "" },
+                capped_chars(content.clone(), RESULT_SHOWN)
+            );
+            let result = ToolResult {
+                id: call.id.clone(),
+                content: crate::tools::result_for_model(&call.name, &content),
+                is_error,
+            };
+            (result, line)
+        };
+        let (store, chat, reply) = (self.store.clone(), self.chat, self.reply);
+        match blocking(move || store.note_tool_call(chat, reply, &line)).await {
+            Ok(_) => self.log.push(Event::ToolCalled {
+                reply: self.reply,
+                tool: call.name.clone(),
+            }),
+            Err(err) => tracing::warn!(%err, "a tool call's action line was not kept"),
+        }
+        Some(result)
     }
 
     /// A chat whose history outgrows three quarters of the model's context has its older records
@@ -666,7 +906,7 @@ impl ReplyJob {
                                 // Only a tool this request offered is run (the last round
                                 // offers none), and only so many at once.
                                 let refused = if !request.tools.iter().any(|t| t.name == name) {
-                                    Some("it was not offered in this request".to_string())
+                                    Some(NOT_OFFERED.to_string())
                                 } else if n >= CALLS_RUN {
                                     Some(format!("at most {CALLS_RUN} tool calls are run at once; call it again in the next round"))
                                 } else {
@@ -773,6 +1013,23 @@ enum Compacted {
     /// Stop came meanwhile.
     Stopped,
 }
+
+/// The most characters of a call's arguments its action line (and consent card) shows.
+const ARGUMENTS_SHOWN: usize = 2_000;
+
+/// The most characters of a call's result its action line keeps.
+const RESULT_SHOWN: usize = 4_000;
+
+/// `text` cut to `limit` characters, saying so.
+fn capped_chars(text: String, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((cut, _)) => format!("{}… (cut)", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Why a call to a tool the request did not offer is not run.
+const NOT_OFFERED: &str = "it was not offered in this request";
 
 /// The most requests one reply makes when the model calls tools.
 const MAX_ROUNDS: usize = 8;

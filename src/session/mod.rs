@@ -196,6 +196,9 @@ pub struct Session {
     /// How the push-to-talk shortcut comes in, as the desktop shell found it.
     shortcut_way: Mutex<Option<String>>,
     recall: Option<Arc<Recall>>,
+    /// The user's MCP servers and the settings they were made from: kept running across settings
+    /// changes that leave `[mcp]` as it was.
+    mcp: Mutex<(crate::config::McpSettings, Option<Arc<crate::mcp::Servers>>)>,
     voice: VoiceSupervisor,
     env: Env,
     /// A question to the OS keyring is on its way (it may never come back).
@@ -227,8 +230,18 @@ impl Session {
         if let Some(problem) = &problem {
             tracing::warn!("{problem}");
         }
+        // The user's MCP servers start now, in the background, so that their tools are ready by
+        // the first question (a reply waits for one still starting).
+        let mcp = crate::mcp::Servers::of(&config.settings.mcp);
+        let mcp_settings = config.settings.mcp.clone();
+        if let Some(servers) = mcp.clone() {
+            tokio::spawn(async move {
+                servers.offered().await;
+            });
+        }
         let options = ServiceOptions::from_settings(&config.settings)
-            .with_recall(&store, &config.model_dir());
+            .with_recall(&store, &config.model_dir())
+            .with_mcp(mcp.clone());
         let recall = options.recall.clone();
         let service = Service::start(store, backend, options);
         let voice = VoiceSupervisor::new(service.clone(), parts);
@@ -238,6 +251,7 @@ impl Session {
             problem: Mutex::new(problem),
             shortcut_way: Mutex::new(None),
             recall,
+            mcp: Mutex::new((mcp_settings, mcp)),
             voice,
             env,
             keyring_asked: Arc::new(AtomicBool::new(false)),
@@ -245,6 +259,26 @@ impl Session {
             settings_lock: tokio::sync::Mutex::new(()),
             runtime: tokio::runtime::Handle::current(),
         })
+    }
+
+    /// The service's options for `settings`, with the MCP servers in force: the same servers
+    /// while `[mcp]` is unchanged, new ones (the old stopping once their last call ends) when it
+    /// changed.
+    fn options_for(&self, settings: &Settings) -> ServiceOptions {
+        let mut mcp = self.mcp.lock().unwrap_or_else(|p| p.into_inner());
+        if mcp.0 != settings.mcp {
+            *mcp = (settings.mcp.clone(), crate::mcp::Servers::of(&settings.mcp));
+        }
+        ServiceOptions::from_settings(settings).with_mcp(mcp.1.clone())
+    }
+
+    /// Stops the user's MCP servers, at once (Jarvis is quitting): a call in flight fails, and
+    /// none starts again.
+    pub async fn stop_tools(&self) {
+        let servers = self.mcp.lock().unwrap_or_else(|p| p.into_inner()).1.clone();
+        if let Some(servers) = servers {
+            servers.stop_all().await;
+        }
     }
 
     fn locked_config(&self) -> MutexGuard<'_, Config> {
@@ -449,7 +483,7 @@ impl Session {
             || old.voice.tts != new.voice.tts
             || old.voice.tts_speed != new.voice.tts_speed;
         self.service
-            .reconfigure(backend, ServiceOptions::from_settings(new))
+            .reconfigure(backend, self.options_for(new))
             .await?;
         if backend_changed {
             // A new backend starts cold: the next question's system prompt is made ready.
@@ -563,7 +597,7 @@ impl Session {
         let _one = self.settings_lock.lock().await;
         let (_, config) = self.write(changes).await?;
         self.service
-            .reconfigure(None, ServiceOptions::from_settings(&config.settings))
+            .reconfigure(None, self.options_for(&config.settings))
             .await?;
         Ok(())
     }

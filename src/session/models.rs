@@ -515,10 +515,7 @@ impl Session {
         let (_, config) = self.write(changes).await?;
         let backend = self.backend_now(&config).await?;
         self.service
-            .reconfigure(
-                Some(backend),
-                crate::service::ServiceOptions::from_settings(&config.settings),
-            )
+            .reconfigure(Some(backend), self.options_for(&config.settings))
             .await?;
         self.warm(None).await;
         Ok(())

@@ -17,12 +17,14 @@ mod records;
 mod replies;
 mod search;
 mod summaries;
+mod tools;
 
 pub use confirmations::Pending;
 use records::record_from_row;
 pub use records::REMEMBERED;
 pub use replies::owner;
 pub use search::Found;
+pub use tools::{NOT_RUN, USED};
 
 /// The migrations, embedded at compile time and applied in order.
 const MIGRATIONS: &[&str] = &[
@@ -38,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0010_confirmation_turn.sql"),
     include_str!("../../migrations/0011_question_mode.sql"),
     include_str!("../../migrations/0012_fact_origin_and_action_records.sql"),
+    include_str!("../../migrations/0013_allowed_tools.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.

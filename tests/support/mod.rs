@@ -365,3 +365,19 @@ pub fn held_kib() -> u64 {
         .and_then(|kib| kib.parse().ok())
         .expect("a Pss line")
 }
+
+/// The text of every tool result in a request body, either wire format.
+pub fn tool_results(body: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in body["messages"].as_array().expect("messages") {
+        if m["role"] == "tool" {
+            out.push(m["content"].as_str().unwrap_or_default().to_string());
+        }
+        if let Some(blocks) = m["content"].as_array() {
+            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
+                out.push(b["content"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    out
+}

@@ -8,6 +8,7 @@ import type {
   Asked,
   Chat,
   ChatRecord,
+  Consent,
   Fact,
   Levels,
   ListenMode,
@@ -39,6 +40,7 @@ export const api = {
     invoke<Asked>("ask", { chat, text }),
   retry: (chat: number) => invoke<number>("retry", { chat }),
   stop: (chat: number) => invoke<boolean>("stop_reply", { chat }),
+  consent: (reply: number, call: string, consent: Consent) => invoke<boolean>("consent", { reply, call, consent }),
   attachChat: (chat: number, onEvent: (e: ReplyEvent) => void) => {
     const channel = new Channel<ReplyEvent>();
     channel.onmessage = onEvent;

@@ -10,7 +10,9 @@ import {
   endingNote,
   isReplying,
   messages,
+  toolCallLine,
   type ChatView,
+  type ConsentCard,
   type Message,
 } from "./chatState";
 import { h, byId } from "./dom";
@@ -21,7 +23,7 @@ import { openModels, refreshOffer, watchDownloads, wireModels } from "./modelsPa
 import { openSettings, wireSettings } from "./settingsForm";
 import { showStartupProblem } from "./startupProblem";
 import { applyTheme } from "./theme";
-import type { Activity, Chat, ReplyEvent } from "./types";
+import type { Activity, Chat, Consent, ReplyEvent } from "./types";
 
 let chats: Chat[] = [];
 let activity: Activity = { replying: [], queued: 0, conversation: false, speaking: false, generation: -1 };
@@ -407,10 +409,11 @@ function messageEl(m: Message): HTMLElement {
   if (live) {
     el.dataset.reply = String(live.reply);
     el.dataset.state = live.state;
-    if (live.state === "started" || (live.state === "running" && live.text === "")) {
+    if (!live.consent && (live.state === "started" || (live.state === "running" && live.text === ""))) {
       el.append(h("p", { class: "status muted" }, "Thinking…"));
     }
     if (live.waiting) el.append(h("p", { class: "status muted" }, live.waiting));
+    if (live.consent) el.append(consentEl(live.reply, live.consent));
     if (live.retrying) el.append(h("p", { class: "status muted" }, live.retrying));
     const ending = endingNote(live);
     if (ending) {
@@ -430,9 +433,51 @@ function messageEl(m: Message): HTMLElement {
   return el;
 }
 
-/** An action line ("Remembered: …"): with Undo while its fact is remembered; once it is
- *  forgotten the store keeps the line without the fact's words. */
+/** The action card of a tool call waiting for the user: what would run, with what, and the
+ *  three answers. Nothing runs until one is pressed; Stop ends the wait. */
+function consentEl(reply: number, card: ConsentCard): HTMLElement {
+  const answer = (consent: Consent, label: string, cls: string) => {
+    const b = h("button", { type: "button", class: cls, "data-consent": consent }, label) as HTMLButtonElement;
+    b.addEventListener("click", async () => {
+      for (const other of el.querySelectorAll("button")) (other as HTMLButtonElement).disabled = true;
+      try {
+        if (!(await api.consent(reply, card.call, consent))) showNote("That tool call no longer waits for an answer.");
+      } catch (err) {
+        showNote(message(err));
+      }
+    });
+    return b;
+  };
+  const el = h(
+    "section",
+    { class: "consent-card", role: "group", "aria-label": "Allow this tool call?", "data-call": card.call },
+    h("p", { class: "consent-what" }, "Jarvis wants to use ", h("strong", {}, card.tool), ` from ${card.server}`),
+    h("pre", { class: "consent-arguments" }, card.arguments),
+    h(
+      "div",
+      { class: "consent-answers" },
+      answer("once", "Allow once", "primary"),
+      answer("always", "Always allow this tool", ""),
+      answer("deny", "Deny", ""),
+    ),
+  );
+  return el;
+}
+
+/** An action line: a tool call (folded: its arguments and result unfold), or a fact stored
+ *  ("Remembered: …") with Undo while it is remembered; once it is forgotten the store keeps the
+ *  line without the fact's words. */
 function actionEl(m: Message): HTMLElement {
+  const call = toolCallLine(m.text);
+  if (call) {
+    const details = h(
+      "details",
+      { class: "action-line tool-call", "data-key": m.key },
+      h("summary", { class: "action-text" }, call.summary),
+      h("pre", { class: "tool-call-detail" }, call.detail),
+    );
+    return details;
+  }
   const el = h("div", { class: "action-line", role: "note", "data-key": m.key }, h("span", { class: "action-text" }, m.text));
   const fact = m.fact;
   if (fact === undefined || fact === null) {

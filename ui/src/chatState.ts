@@ -14,6 +14,17 @@ export interface LiveReply {
   waiting: string | null;
   /** Shown while a failed request is tried again. */
   retrying: string | null;
+  /** A tool call waiting for the user's Allow or Deny (the action card). */
+  consent: ConsentCard | null;
+}
+
+/** A tool call of the user's MCP servers that waits for their consent. */
+export interface ConsentCard {
+  call: string;
+  server: string;
+  tool: string;
+  /** Its arguments as indented JSON. */
+  arguments: string;
 }
 
 export interface ChatView {
@@ -53,6 +64,7 @@ export function applyEvent(view: ChatView, event: ReplyEvent): { view: ChatView;
       reason: null,
       waiting: null,
       retrying: null,
+      consent: null,
     };
     const known = view.records.some((r) => r.id === event.question);
     return { view: { ...view, live }, reload: !known };
@@ -78,13 +90,25 @@ export function applyEvent(view: ChatView, event: ReplyEvent): { view: ChatView;
       next = { ...live, state: "running", waiting: event.label };
       break;
     case "remembered":
-      // Its action line is a record of the chat: read again, so it shows with Undo.
+    case "tool_called":
+      // Its action line is a record of the chat: read again, so it shows (with Undo for a fact).
       return { view: { ...view, live: { ...live, waiting: null } }, reload: true };
+    case "consent":
+      next = {
+        ...live,
+        state: "running",
+        waiting: null,
+        consent: { call: event.call, server: event.server, tool: event.tool, arguments: event.arguments },
+      };
+      break;
+    case "consented":
+      next = live.consent?.call === event.call ? { ...live, consent: null } : live;
+      break;
     case "delta":
       next = { ...live, state: "running", text: live.text + event.text, waiting: null, retrying: null };
       break;
     case "reply_ended":
-      next = { ...live, state: event.state, reason: event.reason, waiting: null, retrying: null };
+      next = { ...live, state: event.state, reason: event.reason, waiting: null, retrying: null, consent: null };
       break;
   }
   // The stored answer of a reply that ended is read again, so the page shows what the store has.
@@ -99,6 +123,7 @@ export function isReplying(view: ChatView): boolean {
 /** Why the composer is disabled, or null when a question can be sent. */
 export function composerBlock(view: ChatView): string | null {
   if (!isReplying(view)) return null;
+  if (view.live?.consent) return "Jarvis waits for your answer above: allow the tool, or deny it.";
   return view.live?.state === "waiting"
     ? "This chat's question waits for the backend; press Stop to withdraw it."
     : "Jarvis is replying. Wait for the reply to end, or press Stop.";
@@ -165,4 +190,15 @@ export function canReadAloud(m: Message): boolean {
   if (m.role !== "assistant" || m.reply === undefined || m.reply === null) return false;
   if (m.text.trim() === "") return false;
   return !m.live || !["started", "waiting", "running"].includes(m.live.state);
+}
+
+/** How the action line of a tool call begins: ran, or not run (denied, never allowed). */
+const TOOL_LINE = /^(Used |Not run: )/;
+
+/** A tool call's action line, split into what shows (its first line) and what unfolds (the
+ *  arguments and the result); null for any other action line. */
+export function toolCallLine(text: string): { summary: string; detail: string } | null {
+  if (!TOOL_LINE.test(text)) return null;
+  const cut = text.indexOf("\n");
+  return cut < 0 ? { summary: text, detail: "" } : { summary: text.slice(0, cut), detail: text.slice(cut + 1) };
 }

@@ -70,6 +70,9 @@ export function applyOrbEvent(view: OrbView, event: ReplyEvent): OrbView {
     case "retrying":
     case "action":
     case "remembered":
+    case "consent":
+    case "consented":
+    case "tool_called":
       return view;
     case "delta":
       return { ...view, state: "running", text: view.text + event.text };

@@ -99,6 +99,32 @@ export type ReplyEvent = {
   /** The fact. */
   text: string,
 } | {
+  "type": "consent",
+  /** The reply. */
+  reply: ReplyId,
+  /** The call's id (the card's answer names it). */
+  call: string,
+  /** The server, by its name in the settings. */
+  server: string,
+  /** The tool, by its name on the server. */
+  tool: string,
+  /** The call's arguments as JSON, indented (cut where very long). */
+  arguments: string,
+} | {
+  "type": "consented",
+  /** The reply. */
+  reply: ReplyId,
+  /** The call's id. */
+  call: string,
+  /** Whether it was allowed. */
+  allowed: boolean,
+} | {
+  "type": "tool_called",
+  /** The reply. */
+  reply: ReplyId,
+  /** The tool, as the model named it. */
+  tool: string,
+} | {
   "type": "delta",
   /** The reply. */
   reply: ReplyId,
@@ -113,6 +139,9 @@ export type ReplyEvent = {
   /** Why, when it did not simply finish. */
   reason: string | null,
 };
+
+/** The user's answer to one tool call. */
+export type Consent = "once" | "always" | "deny";
 
 /** Where a question asked in the chat window went. */
 export type Asked = {

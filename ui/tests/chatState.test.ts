@@ -6,6 +6,7 @@ import {
   emptyView,
   isReplying,
   messages,
+  toolCallLine,
   type ChatView,
 } from "../src/chatState";
 import type { ChatRecord, ReplyEvent } from "../src/types";
@@ -145,6 +146,49 @@ describe("the chat view", () => {
     ]);
     expect(view.live?.text).toBe("Partial");
     expect(view.live?.reason).toBe("the server closed the connection");
+  });
+});
+
+describe("a call to one of the user's tools", () => {
+  it("shows its action card until it is answered, and reloads to show its action line", () => {
+    const start = { ...emptyView(1), records: [question] };
+    let { view, reloads } = run(start, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "running", reply: 5 },
+      { type: "consent", reply: 5, call: "c1", server: "files", tool: "read_text_file", arguments: '{\n  "path": "/a"\n}' },
+    ]);
+    expect(view.live?.consent).toEqual({ call: "c1", server: "files", tool: "read_text_file", arguments: '{\n  "path": "/a"\n}' });
+    expect(composerBlock(view)).toMatch(/waits for your answer/);
+    // Another call's answer does not take this card away.
+    ({ view } = run(view, [{ type: "consented", reply: 5, call: "c0", allowed: true }]));
+    expect(view.live?.consent?.call).toBe("c1");
+    ({ view, reloads } = run(view, [
+      { type: "consented", reply: 5, call: "c1", allowed: true },
+      { type: "action", reply: 5, tool: "files__read_text_file", label: "Using files · read_text_file…" },
+      { type: "tool_called", reply: 5, tool: "files__read_text_file" },
+    ]));
+    expect(view.live?.consent).toBeNull();
+    expect(reloads).toBe(1);
+    expect(composerBlock(view)).toMatch(/replying/);
+  });
+
+  it("drops the card when the reply ends (Stop while it waits)", () => {
+    const { view } = run({ ...emptyView(1), records: [question] }, [
+      { type: "reply_started", chat: 1, reply: 5, question: 10 },
+      { type: "consent", reply: 5, call: "c1", server: "s", tool: "t", arguments: "{}" },
+      { type: "reply_ended", reply: 5, state: "stopped", reason: null },
+    ]);
+    expect(view.live?.consent).toBeNull();
+    expect(isReplying(view)).toBe(false);
+  });
+
+  it("folds a tool call's action line under its first line; other action lines are not tool calls", () => {
+    expect(toolCallLine('Used files · read_text_file\n{\n  "path": "/a"\n}\n\nhello')).toEqual({
+      summary: "Used files · read_text_file",
+      detail: '{\n  "path": "/a"\n}\n\nhello',
+    });
+    expect(toolCallLine("Not run: files · write_file — denied\n{}")?.summary).toBe("Not run: files · write_file — denied");
+    expect(toolCallLine("Remembered: The user's dog is called Bruno.")).toBeNull();
   });
 });
 
