@@ -176,11 +176,22 @@ async fn bounded<T, E>(call: impl Future<Output = Result<T, E>>) -> Option<T> {
         .and_then(Result::ok)
 }
 
+/// A port free now for tauri-driver or WebKitWebDriver to listen on, below the kernel's range of
+/// ephemeral ports (`ip_local_port_range`, 32768 and up): a port the kernel handed out as free
+/// (`bind(0)`) comes from that range, and an outgoing connection (the app to the stub, the
+/// WebDriver client) could take it as its own before the driver listens — seen as WebKitWebDriver's
+/// "Unable to listen for HTTP server" in CI.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::hash::{BuildHasher, Hasher};
+    for _ in 0..1000 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        let port = 20_000 + (hasher.finish() % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000")
 }
 
 fn tauri_driver() -> PathBuf {
@@ -281,7 +292,9 @@ impl App {
         );
         let env = data.env(stub);
         let port = free_port();
-        let native = free_port();
+        let native = std::iter::repeat_with(free_port)
+            .find(|&native| native != port)
+            .expect("a second port");
         let driver = Command::new(tauri_driver())
             .args([
                 "--port",
