@@ -866,12 +866,25 @@ async fn stream_reply(
     let mut gone: Option<std::io::Error> = None;
     // The answer reaches a terminal without the escape sequences it may carry.
     let mut scrub = jarvis::terminal::Scrub::default();
+    // A tool call waiting for the user's answer on the terminal: its id and the answer to come.
+    let mut asking: Option<(String, tokio::sync::oneshot::Receiver<jarvis::Consent>)> = None;
     loop {
         let event = tokio::select! {
             event = attachment.next_of(reply) => event,
             _ = tokio::signal::ctrl_c(), if !stop_asked => {
                 stop_asked = true;
                 service.stop(chat).await?;
+                continue;
+            }
+            answer = async {
+                match asking.as_mut() {
+                    Some((_, answer)) => answer.await,
+                    None => std::future::pending().await,
+                }
+            }, if asking.is_some() => {
+                if let Some((call, _)) = asking.take() {
+                    service.consent(reply, &call, answer.unwrap_or(jarvis::Consent::Deny));
+                }
                 continue;
             }
         };
@@ -926,19 +939,31 @@ async fn stream_reply(
                 tool,
                 arguments,
                 ..
-            }) => {
-                let consent = consent_on_terminal(&server, &tool, &arguments).await;
-                service.consent(reply, &call, consent);
+            }) if !stop_asked => {
+                asking = Some((call, consent_on_terminal(&server, &tool, &arguments)));
             }
-            Some(Event::Consented { .. } | Event::ToolCalled { .. }) => {}
+            Some(Event::Consent { .. }) => {}
+            Some(Event::Consented { call, .. }) => {
+                // Answered elsewhere (a window), or the reply stopped: the terminal asks no more.
+                if asking.as_ref().is_some_and(|(asked, _)| *asked == call) {
+                    asking = None;
+                    eprintln!("(answered elsewhere)");
+                }
+            }
+            Some(Event::ToolCalled { .. }) => {}
             Some(Event::ReplyStarted { .. } | Event::Running { .. }) => {}
         }
     }
 }
 
-/// Asks on the terminal (`/dev/tty`, whatever stdin is) whether a tool call may run; with no
-/// terminal to ask, it is denied and the user told why.
-async fn consent_on_terminal(server: &str, tool: &str, arguments: &str) -> jarvis::Consent {
+/// Asks on the terminal (`/dev/tty`, whatever stdin is) whether a tool call may run; the answer
+/// comes through the receiver (read on a thread of its own, so Ctrl-C still stops the reply while
+/// it waits). With no terminal to ask, it is denied and the user told why.
+fn consent_on_terminal(
+    server: &str,
+    tool: &str,
+    arguments: &str,
+) -> tokio::sync::oneshot::Receiver<jarvis::Consent> {
     use jarvis::terminal::scrub;
     eprintln!(
         "Jarvis wants to use {} · {} with:\n{}",
@@ -946,30 +971,34 @@ async fn consent_on_terminal(server: &str, tool: &str, arguments: &str) -> jarvi
         scrub(tool),
         scrub(arguments)
     );
-    let asked = tokio::task::spawn_blocking(|| -> std::io::Result<String> {
-        use std::io::BufRead as _;
-        let mut tty = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")?;
-        write!(tty, "Allow it? [o]nce, [a]lways for this tool, [N]o: ")?;
-        tty.flush()?;
-        let mut line = String::new();
-        std::io::BufReader::new(tty).read_line(&mut line)?;
-        Ok(line)
-    })
-    .await;
-    match asked {
-        Ok(Ok(line)) => match line.trim().to_lowercase().as_str() {
-            "o" | "once" | "y" | "yes" => jarvis::Consent::Once,
-            "a" | "always" => jarvis::Consent::Always,
-            _ => jarvis::Consent::Deny,
-        },
-        _ => {
-            eprintln!("(denied: there is no terminal to ask; set approve = \"always\" for the server to run its tools unasked)");
-            jarvis::Consent::Deny
-        }
-    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let asked = (|| -> std::io::Result<String> {
+            use std::io::BufRead as _;
+            let mut tty = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")?;
+            write!(tty, "Allow it? [o]nce, [a]lways for this tool, [N]o: ")?;
+            tty.flush()?;
+            let mut line = String::new();
+            std::io::BufReader::new(tty).read_line(&mut line)?;
+            Ok(line)
+        })();
+        let consent = match asked {
+            Ok(line) => match line.trim().to_lowercase().as_str() {
+                "o" | "once" | "y" | "yes" => jarvis::Consent::Once,
+                "a" | "always" => jarvis::Consent::Always,
+                _ => jarvis::Consent::Deny,
+            },
+            Err(_) => {
+                eprintln!("(denied: there is no terminal to ask; set approve = \"always\" for the server to run its tools unasked)");
+                jarvis::Consent::Deny
+            }
+        };
+        let _ = tx.send(consent);
+    });
+    rx
 }
 
 async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode> {

@@ -92,6 +92,9 @@ pub struct Plugged {
     pub tool: String,
     /// Whether a call waits for the user (the server's setting).
     pub approve: Approve,
+    /// The program its server runs ([`crate::mcp::program_of`]), which an "Always allow" is
+    /// kept with.
+    pub program: String,
 }
 
 /// The tools of the user's MCP servers to offer with a request, in the settings' order: a
@@ -101,10 +104,10 @@ pub struct Plugged {
 pub async fn plugged(servers: &Servers) -> Vec<Plugged> {
     let mut out: Vec<Plugged> = Vec::new();
     for (server, tools) in servers.offered().await {
-        let approve = servers
-            .settings_of(&server)
-            .map(|s| s.approve)
-            .unwrap_or_default();
+        let Ok(settings) = servers.settings_of(&server) else {
+            continue;
+        };
+        let (approve, program) = (settings.approve, crate::mcp::program_of(settings));
         for tool in tools {
             let name = match namespaced(&server, &tool.name) {
                 Ok(name) => name,
@@ -132,6 +135,7 @@ pub async fn plugged(servers: &Servers) -> Vec<Plugged> {
                 server: server.clone(),
                 tool: tool.name,
                 approve,
+                program: program.clone(),
             });
         }
     }

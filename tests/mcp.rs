@@ -731,6 +731,44 @@ async fn stop_ends_a_reply_whose_call_waits_for_consent_or_runs() {
     assert_eq!(ending(&events).0, ReplyState::Stopped, "{events:?}");
     assert_eq!(service.actions_running(chat), 0);
     assert_eq!(stub.received().len(), 2, "nothing more was asked");
+    // It may have done something: the chat keeps that it was called.
+    let lines = action_lines(&service, chat);
+    assert_eq!(
+        lines.last().map(|l| l.lines().next().unwrap_or_default()),
+        Some("Stopped: slow · work — stopped while it ran"),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_card_nobody_answers_holds_no_other_chat_back_from_a_one_at_a_time_backend() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("c1", "asks__work", "{}"));
+    stub.push(Script::text("The other chat's answer."));
+    stub.push(Script::text("Worked."));
+    let dir = Dir::new();
+    let mut settings = settings(BackendKind::Openai, &stub);
+    settings.replies.max_concurrent = 1;
+    settings.mcp = mcp(vec![misbehaving("asks", "fine")], 30.0);
+    let config = dir.config(settings);
+    let backend = jarvis::llm::from_config(&config, &env_with(&[])).expect("backend");
+    let service = Service::start(
+        dir.store(),
+        backend,
+        ServiceOptions::from_settings(&config.settings).with_mcp(Servers::of(&config.settings.mcp)),
+    );
+    let (_, waiting, mut card) = ask_new(&service, "Do some work.").await;
+    until_consent(&mut card, waiting).await;
+    // The card waits; another chat is answered meanwhile.
+    let (_, other, mut attachment) = ask_new(&service, "Something else?").await;
+    let events = until_end(&mut attachment, other).await;
+    assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
+    assert_eq!(text_of(&events), "The other chat's answer.");
+    // Allowed, the first reply takes the backend again and ends.
+    assert!(service.consent(waiting, "c1", Consent::Once));
+    let events = until_end(&mut card, waiting).await;
+    assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
+    assert_eq!(text_of(&events), "Worked.");
 }
 
 #[tokio::test(flavor = "multi_thread")]

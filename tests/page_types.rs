@@ -146,6 +146,12 @@ fn generated() -> String {
     declare::<ServerModels>(&cfg, out);
     declare::<PullStatus>(&cfg, out);
     declare::<ModelsView>(&cfg, out);
+    declare::<jarvis::config::Approve>(&cfg, out);
+    declare::<jarvis::mcp::ServerState>(&cfg, out);
+    declare::<jarvis::session::tools::ToolView>(&cfg, out);
+    declare::<jarvis::session::tools::ServerView>(&cfg, out);
+    declare::<jarvis::session::tools::ToolsView>(&cfg, out);
+    declare::<jarvis::session::tools::ServerForm>(&cfg, out);
     out.clone()
 }
 

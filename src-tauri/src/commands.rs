@@ -2,6 +2,7 @@
 //! attach commands start a forwarding task that ends when the window detaches.
 
 use jarvis::service::{Activity, ListenMode, VoiceTicket, VoiceUpdate};
+use jarvis::session::tools::{ServerForm, ToolsView};
 use jarvis::session::{
     AppInfo, Asked, ModelEntry, ModelsView, PullStatus, SettingsForm, SettingsView, StartupProblem,
 };
@@ -74,6 +75,11 @@ pub fn handler() -> impl Fn(tauri::ipc::Invoke) -> bool + Send + Sync + 'static 
         delete_summary,
         set_earlier_conversations,
         chat_request,
+        tools_view,
+        add_tool_server,
+        remove_tool_server,
+        set_tool_approval,
+        ask_tool_again,
         models_view,
         model_offer,
         dismiss_model_offer,
@@ -650,6 +656,44 @@ mod tests {
         assert_eq!(link_to_open("file:///etc/passwd"), None);
         assert_eq!(link_to_open("javascript:alert(1)"), None);
     }
+}
+
+/// What the Tools page shows: the MCP servers, their state and tools, the tools always allowed.
+#[tauri::command]
+async fn tools_view(state: State<'_, AppState>) -> Res<ToolsView> {
+    Ok(state.session.tools_view().await?)
+}
+
+/// Adds an MCP server (it starts at once).
+#[tauri::command]
+async fn add_tool_server(state: State<'_, AppState>, form: ServerForm) -> Res<ToolsView> {
+    Ok(state.session.add_tool_server(form).await?)
+}
+
+/// Removes an MCP server.
+#[tauri::command]
+async fn remove_tool_server(state: State<'_, AppState>, name: String) -> Res<ToolsView> {
+    Ok(state.session.remove_tool_server(name).await?)
+}
+
+/// Whether a call to a server's tools waits for the user.
+#[tauri::command]
+async fn set_tool_approval(
+    state: State<'_, AppState>,
+    name: String,
+    approve: jarvis::config::Approve,
+) -> Res<ToolsView> {
+    Ok(state.session.set_tool_approval(name, approve).await?)
+}
+
+/// The next call to a tool always allowed asks again.
+#[tauri::command]
+async fn ask_tool_again(
+    state: State<'_, AppState>,
+    server: String,
+    tool: String,
+) -> Res<ToolsView> {
+    Ok(state.session.ask_tool_again(server, tool).await?)
 }
 
 /// What the Models page shows (the servers running here are asked what they offer).

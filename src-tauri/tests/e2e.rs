@@ -807,6 +807,93 @@ async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_read
     app.screenshots("tool-call-line").await;
 }
 
+#[tokio::test]
+#[ignore = "needs a display: run scripts/e2e"]
+async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_can_be_asked_again()
+{
+    let _one = one_app_at_a_time().await;
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mcp-servers/node_modules/.bin/mcp-server-everything");
+    assert!(
+        server.exists(),
+        "the reference MCP servers are missing: run scripts/mcp-servers"
+    );
+    let stub = Stub::start().await.unwrap();
+    let data = Data::new();
+    let app = App::start(&stub, &data).await;
+    app.chat_window().await;
+    app.click("#open-settings").await;
+    app.click("#open-tools").await;
+    app.wait_for("the empty Tools page", |app| async move {
+        app.visible("#tools-empty").await.then_some(())
+    })
+    .await;
+    app.type_into("#tool-name", "everything").await;
+    app.type_into("#tool-command", &format!("{} stdio", server.display()))
+        .await;
+    app.click("#tool-add-button").await;
+    // It starts in the background: Refresh shows it running with its tools.
+    app.wait_for("the server running with its tools", |app| async move {
+        app.click("#tools-refresh").await;
+        (app.count("[data-server=everything] .tool[data-tool=echo]")
+            .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        app.text("[data-server=everything] .server-state")
+            .await
+            .starts_with("running · "),
+        "{}",
+        app.text("[data-server=everything] .server-state").await
+    );
+    let written = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(
+        written.contains("[[mcp.servers]]") && written.contains("name = \"everything\""),
+        "{written}"
+    );
+    app.screenshots("tools-page").await;
+    app.click("#tools-close").await;
+
+    // Offered to the model at once; "Always allow this tool" is kept, and shown on the page.
+    stub.push(Script::text("").tool_call("c1", "everything__echo", r#"{"message": "hi"}"#));
+    stub.push(Script::text("It echoed."));
+    app.type_question("Echo hi.").await;
+    app.wait_for("the action card", |app| async move {
+        (app.count(".consent-card button").await == 3).then_some(())
+    })
+    .await;
+    app.click(".consent-card [data-consent=always]").await;
+    app.wait_for_state("done").await;
+    assert!(tool_results_of(&stub.received()[1].body).contains("Echo: hi"));
+    assert_eq!(
+        data.store().allowed_tools().unwrap(),
+        [("everything".to_string(), "echo".to_string())]
+    );
+    app.click("#open-settings").await;
+    app.click("#open-tools").await;
+    app.wait_for("echo always allowed", |app| async move {
+        (app.count("[data-tool=echo] .ask-again").await == 1).then_some(())
+    })
+    .await;
+    app.click("[data-tool=echo] .ask-again").await;
+    app.wait_for("echo asked about again", |app| async move {
+        (app.count("[data-tool=echo] .ask-again").await == 0).then_some(())
+    })
+    .await;
+    assert!(data.store().allowed_tools().unwrap().is_empty());
+
+    // Removed: gone from the page and the file.
+    app.click("[data-server=everything] .tool-remove").await;
+    app.wait_for("the server removed", |app| async move {
+        app.visible("#tools-empty").await.then_some(())
+    })
+    .await;
+    let written = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+    assert!(!written.contains("everything"), "{written}");
+}
+
 /// Every tool result's text in a request body (the OpenAI wire format the app's stub speaks).
 fn tool_results_of(body: &serde_json::Value) -> String {
     body["messages"]

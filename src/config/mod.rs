@@ -311,6 +311,58 @@ mod tests {
     }
 
     #[test]
+    fn the_mcp_servers_are_written_as_tables_keeping_the_rest_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.toml");
+        let original = "# mine\n[mcp]\ncall_timeout_secs = 10 # short\n\n[[mcp.servers]]\nname = \"old\"\ncommand = \"x\"\n";
+        std::fs::write(&path, original).unwrap();
+        let servers = vec![
+            McpServerSettings {
+                name: "files".into(),
+                command: "npx".into(),
+                args: vec!["-y".into(), "/home/ada/My \"Documents\"".into()],
+                ..McpServerSettings::default()
+            },
+            McpServerSettings {
+                name: "calendar".into(),
+                command: "/opt/cal".into(),
+                env: [("TOKEN_FILE".to_string(), "/run/t".to_string())].into(),
+                approve: Approve::Always,
+                ..McpServerSettings::default()
+            },
+        ];
+        let saved = write_settings(
+            &path,
+            &[(
+                &["mcp", "servers"],
+                Some(SettingValue::McpServers(servers.clone())),
+            )],
+        )
+        .unwrap();
+        assert_eq!(saved.mcp.servers, servers);
+        assert_eq!(saved.mcp.call_timeout_secs, 10.0);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("# mine") && text.contains("# short"),
+            "{text}"
+        );
+        assert!(!text.contains("old"), "{text}");
+        // None left: no table at all.
+        let saved = write_settings(
+            &path,
+            &[(
+                &["mcp", "servers"],
+                Some(SettingValue::McpServers(Vec::new())),
+            )],
+        )
+        .unwrap();
+        assert!(saved.mcp.servers.is_empty());
+        assert!(!std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("mcp.servers"));
+    }
+
+    #[test]
     fn a_malformed_file_names_the_file_line_and_key() {
         let text = "backend = \"openai\"\n[timeouts]\nidle_secs = \"soon\"\n";
         let err = Settings::parse(text, Path::new("/tmp/s.toml")).unwrap_err();

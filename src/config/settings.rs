@@ -566,7 +566,7 @@ pub struct McpServerSettings {
 }
 
 /// Whether a server's tool call waits for the user.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Approve {
     /// Each call waits for the user (Allow once, Always allow this tool, Deny).

@@ -16,6 +16,32 @@ pub enum SettingValue {
     Int(i64),
     /// A number.
     Float(f64),
+    /// The MCP servers, as the file's `[[mcp.servers]]` tables (all of them, in order).
+    McpServers(Vec<super::McpServerSettings>),
+}
+
+/// One server as a `[[mcp.servers]]` table: its name, program, arguments, added environment
+/// (where there is any) and whether a call waits for the user.
+fn server_table(server: &super::McpServerSettings) -> toml_edit::Table {
+    let mut table = toml_edit::Table::new();
+    table.insert("name", toml_edit::value(server.name.as_str()));
+    table.insert("command", toml_edit::value(server.command.as_str()));
+    let args: toml_edit::Array = server.args.iter().map(String::as_str).collect();
+    table.insert("args", toml_edit::value(args));
+    if !server.env.is_empty() {
+        let mut env = toml_edit::InlineTable::new();
+        for (key, value) in &server.env {
+            env.insert(key, value.as_str().into());
+        }
+        table.insert("env", toml_edit::value(env));
+    }
+    let approve = match server.approve {
+        super::Approve::Ask => "ask",
+        super::Approve::Always => "always",
+        super::Approve::Never => "never",
+    };
+    table.insert("approve", toml_edit::value(approve));
+    table
 }
 
 /// Changes keys of the settings file in place — its other keys, comments and layout stay — after
@@ -94,8 +120,17 @@ pub fn edited_settings(
             None => {
                 table.remove(last);
             }
+            Some(SettingValue::McpServers(servers)) => {
+                let tables: toml_edit::ArrayOfTables = servers.iter().map(server_table).collect();
+                if tables.is_empty() {
+                    table.remove(last);
+                } else {
+                    table.insert(last, toml_edit::Item::ArrayOfTables(tables));
+                }
+            }
             Some(value) => {
                 let value = match value {
+                    SettingValue::McpServers(_) => unreachable!("written above"),
                     SettingValue::Text(t) => toml_edit::value(t.as_str()),
                     SettingValue::Bool(b) => toml_edit::value(*b),
                     SettingValue::Int(i) => toml_edit::value(*i),

@@ -97,7 +97,8 @@ pub struct CallOutcome {
 }
 
 /// A server's state, as Settings and `jarvis mcp list` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum ServerState {
     /// Not started yet (it starts when first needed).
     NotStarted,
@@ -313,6 +314,14 @@ impl Servers {
             .collect()
     }
 
+    /// The tools `server` offers while it runs (nothing is started; `None` while it starts or
+    /// is not running).
+    pub fn tools_now(&self, server: &str) -> Option<Vec<ToolInfo>> {
+        let slot = self.slots.get(server.trim())?;
+        let held = slot.try_lock().ok()?;
+        held.as_ref().filter(|r| r.alive()).map(|r| r.tools.clone())
+    }
+
     /// The tools `server` offers, starting it if it is not running.
     pub async fn tools(&self, server: &str) -> Result<Vec<ToolInfo>, McpError> {
         Ok(self.running(server).await?.tools.clone())
@@ -378,19 +387,18 @@ impl Servers {
     /// fails); none starts again after. (A server's process never outlives its handle either.)
     pub async fn stop_all(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        let mut closing = Vec::new();
-        for slot in self.slots.values() {
-            if let Some(server) = slot.lock().await.take() {
-                server.client.cancellation_token().cancel();
-                closing.push(server);
-            }
-        }
-        // Each ends once its last holder lets go; wait a moment for those that were idle.
-        for server in closing {
+        // All at once: one still starting holds its slot until its start ends, and then sees
+        // that the servers are stopped and ends itself.
+        futures::future::join_all(self.slots.values().map(|slot| async move {
+            let server = slot.lock().await.take();
+            let Some(server) = server else { return };
+            server.client.cancellation_token().cancel();
+            // It ends once its last holder lets go; wait a moment for one that was idle.
             if let Ok(mut server) = Arc::try_unwrap(server) {
                 let _ = server.client.close_with_timeout(STOP_WAIT).await;
             }
-        }
+        }))
+        .await;
     }
 
     /// Why a request failed; a server that exited is forgotten, so the next use starts it again.
@@ -461,6 +469,14 @@ impl Servers {
         }
         *held = None;
         let started = self.start(&settings).await;
+        if self.stopped.load(Ordering::SeqCst) {
+            // Stopped while it started: it ends here (its process with its handle).
+            if let Ok(mut server) = started {
+                server.client.cancellation_token().cancel();
+                let _ = server.client.close_with_timeout(STOP_WAIT).await;
+            }
+            return Err(McpError::Stopped);
+        }
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         match started {
             Ok(running) => {
@@ -604,6 +620,14 @@ impl Servers {
             })
             .collect()
     }
+}
+
+/// The program a server runs, as the tools always allowed are kept with it: its command and
+/// arguments as a JSON array (a name pointed at another program is asked about again).
+pub fn program_of(settings: &McpServerSettings) -> String {
+    let mut words = vec![settings.command.trim().to_string()];
+    words.extend(settings.args.iter().cloned());
+    serde_json::to_string(&words).unwrap_or_default()
 }
 
 /// A tool as `jarvis mcp tools` lists it: `NAME<TAB>its description's first line<TAB>its

@@ -18,7 +18,7 @@ use crate::llm::{
 };
 use crate::memory;
 use crate::store::{
-    ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE, NOT_RUN, USED,
+    ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE, NOT_RUN, STOPPED, USED,
 };
 
 pub(crate) struct ReplyJob {
@@ -178,7 +178,10 @@ impl ReplyJob {
         let mut text = String::new();
         let outcome = match turn {
             BackendTurn::Now(permit) => self.write(permit, &mut text).await,
-            BackendTurn::Queued(place) => match self.wait_for_backend(place).await {
+            BackendTurn::Queued(place) => match self
+                .wait_for_backend(place, self.housekeeping_gives_way)
+                .await
+            {
                 Some(permit) => self.write(permit, &mut text).await,
                 None => Outcome::stopped(),
             },
@@ -294,8 +297,9 @@ impl ReplyJob {
     async fn wait_for_backend(
         &self,
         mut acquire: BoxFuture<'static, Option<OwnedSemaphorePermit>>,
+        housekeeping_gives_way: bool,
     ) -> Option<OwnedSemaphorePermit> {
-        if self.housekeeping_gives_way {
+        if housekeeping_gives_way {
             // A summary holds the backend and is giving way: the permit comes back in moments,
             // and nothing is said about another chat's reply, since there is none.
             tokio::select! {
@@ -335,6 +339,22 @@ impl ReplyJob {
         }
     }
 
+    /// The backend again, after a wait that let it go (the user's tools starting, a consent, a
+    /// tool call): at once where it is free, else in turn behind the replies that took it
+    /// meanwhile, as a question's first wait is shown. `None` when Stop comes first.
+    async fn backend_again(&self) -> Option<OwnedSemaphorePermit> {
+        let turn = BackendTurn::take(&self.permits).await;
+        let gives_way = !turn.is_now() && self.housekeeping.make_way();
+        match turn {
+            BackendTurn::Now(permit) => Some(permit),
+            BackendTurn::Queued(place) => {
+                let permit = self.wait_for_backend(place, gives_way).await?;
+                self.log.push(Event::Running { reply: self.reply });
+                Some(permit)
+            }
+        }
+    }
+
     /// The backend is this reply's now: the store says it runs.
     async fn running(&self, permit: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         let (store, reply) = (self.store.clone(), self.reply);
@@ -344,7 +364,11 @@ impl ReplyJob {
         Some(permit)
     }
 
-    async fn write(&self, _permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
+    async fn write(&self, permit: OwnedSemaphorePermit, text: &mut String) -> Outcome {
+        // Held while the backend works for this reply; let go while it waits for anything else
+        // (the user's tools starting, their consent, a tool call), so that no other chat, no
+        // voice question and no summary waits on a card nobody answers.
+        let mut permit = Some(permit);
         self.log.push(Event::Running { reply: self.reply });
         let (store, question) = (self.store.clone(), self.question);
         let loaded =
@@ -404,23 +428,30 @@ impl ReplyJob {
         // started and waited for; Stop ends the wait).
         let plugged = match self.options.mcp.clone() {
             Some(servers) => {
-                let starting = servers.states().iter().any(|(_, state)| {
-                    matches!(
-                        state,
-                        crate::mcp::ServerState::NotStarted | crate::mcp::ServerState::Starting
-                    )
-                });
+                // (One that failed may be started again.)
+                let starting = servers
+                    .states()
+                    .iter()
+                    .any(|(_, state)| !matches!(state, crate::mcp::ServerState::Running { .. }));
                 if starting {
                     self.log.push(Event::Action {
                         reply: self.reply,
                         tool: "mcp".into(),
                         label: "Starting your tools…".into(),
                     });
+                    permit = None;
                 }
-                match self.until_stopped(crate::tools::plugged(&servers)).await {
+                let plugged = match self.until_stopped(crate::tools::plugged(&servers)).await {
                     Some(plugged) => plugged,
                     None => return Outcome::stopped(),
+                };
+                if permit.is_none() {
+                    permit = self.backend_again().await;
+                    if permit.is_none() {
+                        return Outcome::stopped();
+                    }
                 }
+                plugged
             }
             None => Vec::new(),
         };
@@ -485,6 +516,8 @@ impl ReplyJob {
                     // where it needs it: their results by the call's place in the round.
                     let mut answered_before: std::collections::HashMap<usize, ToolResult> =
                         Default::default();
+                    // Whether a server's answer is among them: text from outside.
+                    let mut read_plugged = false;
                     let mut stopped = false;
                     for (n, (call, refused)) in calls.iter().enumerate() {
                         let Some(tool) = plugged.iter().find(|p| p.spec.name == call.name) else {
@@ -493,8 +526,11 @@ impl ReplyJob {
                         if refused.is_some() {
                             continue;
                         }
+                        // The backend waits for no tool.
+                        permit = None;
                         match self.call_plugged(tool, call).await {
-                            Some(result) => {
+                            Some((result, ran)) => {
+                                read_plugged |= ran;
                                 answered_before.insert(n, result);
                             }
                             None => {
@@ -530,7 +566,6 @@ impl ReplyJob {
                             .map(|(n, (call, refused))| match refused {
                                 // A call to the user's tools: answered above.
                                 None if answered_before.contains_key(&n) => {
-                                    read = true;
                                     answered_before.remove(&n).unwrap_or_else(|| ToolResult {
                                         id: call.id.clone(),
                                         content: String::new(),
@@ -560,7 +595,7 @@ impl ReplyJob {
                             .collect::<Vec<_>>();
                         // The model reads these results next: from then on it has read text
                         // from outside.
-                        before.read_outside |= read;
+                        before.read_outside |= read || read_plugged;
                         // Each fact stored is kept in the chat as its action line, with Undo.
                         let mut noted = Vec::new();
                         for fact in &before.stored[kept..] {
@@ -598,6 +633,13 @@ impl ReplyJob {
                     asked.tool_calls = calls.into_iter().map(|(call, _)| call).collect();
                     request.messages.push(asked);
                     request.messages.push(answered);
+                    if permit.is_none() {
+                        permit = self.backend_again().await;
+                        if permit.is_none() {
+                            outcome = Outcome::stopped();
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -627,13 +669,13 @@ impl ReplyJob {
     /// setting asks for it (an action card in the chat, answered through `Service::consent`),
     /// counted among the chat's running actions while it waits and runs, bounded by the
     /// servers' timeout, its action line kept in the chat. Returns the result for the model — a
-    /// refusal or a failure is a result too, never the reply's end — or `None` when Stop came
-    /// first.
+    /// refusal or a failure is a result too, never the reply's end — and whether the server was
+    /// called (its answer is text from outside), or `None` when Stop came first.
     async fn call_plugged(
         &self,
         tool: &crate::tools::Plugged,
         call: &ToolCall,
-    ) -> Option<ToolResult> {
+    ) -> Option<(ToolResult, bool)> {
         use crate::config::Approve;
         let servers = self.options.mcp.clone()?;
         let shown = format!("{} · {}", tool.server, tool.tool);
@@ -651,9 +693,9 @@ impl ReplyJob {
                 .into_owned(),
                 is_error: false,
             };
-            (said, line)
+            (said, line, false)
         };
-        let (result, line) = 'ran: {
+        let (result, line, ran) = 'ran: {
             match tool.approve {
                 Approve::Never => {
                     break 'ran not_run(
@@ -663,9 +705,13 @@ impl ReplyJob {
                 }
                 Approve::Always => {}
                 Approve::Ask => {
-                    let (store, server, name) =
-                        (self.store.clone(), tool.server.clone(), tool.tool.clone());
-                    let always = blocking(move || store.tool_allowed(&server, &name))
+                    let (store, server, program, name) = (
+                        self.store.clone(),
+                        tool.server.clone(),
+                        tool.program.clone(),
+                        tool.tool.clone(),
+                    );
+                    let always = blocking(move || store.tool_allowed(&server, &program, &name))
                         .await
                         .unwrap_or_else(|err| {
                             tracing::warn!(%err, "could not read the tools always allowed; asking");
@@ -678,6 +724,9 @@ impl ReplyJob {
                                 "it needs the user's consent, which the voice conversation cannot ask for yet; tell them to ask for it in the chat window, where they can allow it",
                                 format!("{NOT_RUN}{shown} — its consent is asked in the chat window\n{arguments}"),
                             );
+                        }
+                        if self.cancel.is_cancelled() {
+                            return None;
                         }
                         let mut waiting = self.consents.wait(self.reply, &call.id);
                         let _waits = self.actions.start(self.chat);
@@ -715,10 +764,14 @@ impl ReplyJob {
                             );
                         }
                         if consent == super::Consent::Always {
-                            let (store, server, name) =
-                                (self.store.clone(), tool.server.clone(), tool.tool.clone());
+                            let (store, server, program, name) = (
+                                self.store.clone(),
+                                tool.server.clone(),
+                                tool.program.clone(),
+                                tool.tool.clone(),
+                            );
                             if let Err(err) =
-                                blocking(move || store.allow_tool(&server, &name)).await
+                                blocking(move || store.allow_tool(&server, &program, &name)).await
                             {
                                 tracing::warn!(%err, "could not keep that a tool is always allowed");
                             }
@@ -726,15 +779,24 @@ impl ReplyJob {
                     }
                 }
             }
+            let _running = self.actions.start(self.chat);
             self.log.push(Event::Action {
                 reply: self.reply,
                 tool: call.name.clone(),
                 label: format!("Using {shown}…"),
             });
-            let _running = self.actions.start(self.chat);
             let called = self
                 .until_stopped(servers.call(&tool.server, &tool.tool, call.arguments.clone()))
-                .await?;
+                .await;
+            let Some(called) = called else {
+                // It may have done something already: the chat keeps that it was called.
+                self.note_call(
+                    call,
+                    format!("{STOPPED}{shown} — stopped while it ran\n{arguments}"),
+                )
+                .await;
+                return None;
+            };
             let (content, is_error) = match called {
                 Ok(outcome) => (outcome.text, outcome.is_error),
                 Err(err) => (format!("The tool could not be used: {err}"), true),
@@ -749,8 +811,14 @@ impl ReplyJob {
                 content: crate::tools::result_for_model(&call.name, &content),
                 is_error,
             };
-            (result, line)
+            (result, line, true)
         };
+        self.note_call(call, line).await;
+        Some((result, ran))
+    }
+
+    /// Keeps a tool call's action line in the chat, and tells the windows.
+    async fn note_call(&self, call: &ToolCall, line: String) {
         let (store, chat, reply) = (self.store.clone(), self.chat, self.reply);
         match blocking(move || store.note_tool_call(chat, reply, &line)).await {
             Ok(_) => self.log.push(Event::ToolCalled {
@@ -759,7 +827,6 @@ impl ReplyJob {
             }),
             Err(err) => tracing::warn!(%err, "a tool call's action line was not kept"),
         }
-        Some(result)
     }
 
     /// A chat whose history outgrows three quarters of the model's context has its older records

@@ -10,6 +10,7 @@ pub mod shortcut;
 pub mod startup;
 #[cfg(feature = "test-support")]
 pub mod test_portal;
+pub mod tools;
 pub mod voice;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,6 +200,9 @@ pub struct Session {
     /// The user's MCP servers and the settings they were made from: kept running across settings
     /// changes that leave `[mcp]` as it was.
     mcp: Mutex<(crate::config::McpSettings, Option<Arc<crate::mcp::Servers>>)>,
+    /// Servers replaced by a settings change, still held by a reply that was calling them: Quit
+    /// stops them too.
+    retired_mcp: Mutex<Vec<std::sync::Weak<crate::mcp::Servers>>>,
     voice: VoiceSupervisor,
     env: Env,
     /// A question to the OS keyring is on its way (it may never come back).
@@ -235,9 +239,7 @@ impl Session {
         let mcp = crate::mcp::Servers::of(&config.settings.mcp);
         let mcp_settings = config.settings.mcp.clone();
         if let Some(servers) = mcp.clone() {
-            tokio::spawn(async move {
-                servers.offered().await;
-            });
+            tools::start_in_background(servers);
         }
         let options = ServiceOptions::from_settings(&config.settings)
             .with_recall(&store, &config.model_dir())
@@ -252,6 +254,7 @@ impl Session {
             shortcut_way: Mutex::new(None),
             recall,
             mcp: Mutex::new((mcp_settings, mcp)),
+            retired_mcp: Mutex::new(Vec::new()),
             voice,
             env,
             keyring_asked: Arc::new(AtomicBool::new(false)),
@@ -267,7 +270,12 @@ impl Session {
     fn options_for(&self, settings: &Settings) -> ServiceOptions {
         let mut mcp = self.mcp.lock().unwrap_or_else(|p| p.into_inner());
         if mcp.0 != settings.mcp {
-            *mcp = (settings.mcp.clone(), crate::mcp::Servers::of(&settings.mcp));
+            let new = (settings.mcp.clone(), crate::mcp::Servers::of(&settings.mcp));
+            if let Some(old) = std::mem::replace(&mut *mcp, new).1 {
+                let mut retired = self.retired_mcp.lock().unwrap_or_else(|p| p.into_inner());
+                retired.retain(|servers| servers.strong_count() > 0);
+                retired.push(Arc::downgrade(&old));
+            }
         }
         ServiceOptions::from_settings(settings).with_mcp(mcp.1.clone())
     }
@@ -275,10 +283,15 @@ impl Session {
     /// Stops the user's MCP servers, at once (Jarvis is quitting): a call in flight fails, and
     /// none starts again.
     pub async fn stop_tools(&self) {
-        let servers = self.mcp.lock().unwrap_or_else(|p| p.into_inner()).1.clone();
-        if let Some(servers) = servers {
-            servers.stop_all().await;
-        }
+        let mut all: Vec<Arc<crate::mcp::Servers>> = self
+            .retired_mcp
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        all.extend(self.mcp_servers());
+        futures::future::join_all(all.iter().map(|servers| servers.stop_all())).await;
     }
 
     fn locked_config(&self) -> MutexGuard<'_, Config> {

@@ -24,7 +24,7 @@ use records::record_from_row;
 pub use records::REMEMBERED;
 pub use replies::owner;
 pub use search::Found;
-pub use tools::{NOT_RUN, USED};
+pub use tools::{NOT_RUN, STOPPED, USED};
 
 /// The migrations, embedded at compile time and applied in order.
 const MIGRATIONS: &[&str] = &[

@@ -4,6 +4,7 @@ import { Channel, invoke } from "@tauri-apps/api/core";
 import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 import type {
   Activity,
+  Approve,
   AppInfo,
   Asked,
   Chat,
@@ -17,11 +18,13 @@ import type {
   ModelsView,
   PullStatus,
   ReplyEvent,
+  ServerForm,
   SettingsForm,
   SettingsView,
   StartupProblem,
   Summary,
   Theme,
+  ToolsView,
   VoiceTicket,
   VoiceUpdate,
 } from "./types";
@@ -89,6 +92,11 @@ export const api = {
   deleteSummary: (chat: number) => invoke<boolean>("delete_summary", { chat }),
   setEarlierConversations: (on: boolean) => invoke<void>("set_earlier_conversations", { on }),
   chatRequest: (chat: number | null, text: string) => invoke<unknown>("chat_request", { chat, text }),
+  toolsView: () => invoke<ToolsView>("tools_view"),
+  addToolServer: (form: ServerForm) => invoke<ToolsView>("add_tool_server", { form }),
+  removeToolServer: (name: string) => invoke<ToolsView>("remove_tool_server", { name }),
+  setToolApproval: (name: string, approve: Approve) => invoke<ToolsView>("set_tool_approval", { name, approve }),
+  askToolAgain: (server: string, tool: string) => invoke<ToolsView>("ask_tool_again", { server, tool }),
   modelsView: () => invoke<ModelsView>("models_view"),
   modelOffer: () => invoke<ModelEntry | null>("model_offer"),
   dismissModelOffer: () => invoke<void>("dismiss_model_offer"),

@@ -21,6 +21,7 @@ import { linkTarget } from "./links";
 import { wireMemory, wireRequestView } from "./memoryPanel";
 import { openModels, refreshOffer, watchDownloads, wireModels } from "./modelsPanel";
 import { openSettings, wireSettings } from "./settingsForm";
+import { openTools, wireTools } from "./toolsPanel";
 import { showStartupProblem } from "./startupProblem";
 import { applyTheme } from "./theme";
 import type { Activity, Chat, Consent, ReplyEvent } from "./types";
@@ -95,6 +96,11 @@ async function init(): Promise<void> {
     void openModels();
   });
   wireModels(backendChanged);
+  wireTools();
+  byId("open-tools").addEventListener("click", () => {
+    byId<HTMLDialogElement>("settings").close();
+    void openTools();
+  });
   await onAttachAgain(() => void attachAll());
   await onOpenSettings(() => void openSettings());
   await onThemeChanged((theme) => applyTheme(theme));

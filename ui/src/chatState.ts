@@ -192,8 +192,9 @@ export function canReadAloud(m: Message): boolean {
   return !m.live || !["started", "waiting", "running"].includes(m.live.state);
 }
 
-/** How the action line of a tool call begins: ran, or not run (denied, never allowed). */
-const TOOL_LINE = /^(Used |Not run: )/;
+/** How the action line of a tool call begins: ran, not run (denied, never allowed), or stopped
+ *  while it ran. */
+const TOOL_LINE = /^(Used |Not run: |Stopped: )/;
 
 /** A tool call's action line, split into what shows (its first line) and what unfolds (the
  *  arguments and the result); null for any other action line. */

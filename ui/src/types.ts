@@ -549,3 +549,61 @@ export type ModelsView = {
   /** The download, running or last. */
   pull: PullStatus,
 };
+
+/** Whether a server's tool call waits for the user. */
+export type Approve = "ask" | "always" | "never";
+
+/** A server's state, as Settings and `jarvis mcp list` show it. */
+export type ServerState = {
+  "state": "not_started"
+} | {
+  "state": "starting"
+} | {
+  "state": "running",
+  /** How many tools it offers. */
+  tools: number,
+} | {
+  "state": "failed",
+  /** Why. */
+  reason: string,
+};
+
+/** One tool of a running server. */
+export type ToolView = {
+  /** Its name on the server. */
+  name: string,
+  /** The first line of its description. */
+  description: string,
+  /** "Always allow this tool" was chosen for it: a call runs without asking. */
+  always_allowed: boolean,
+};
+
+/** One server on the Tools page. */
+export type ServerView = {
+  /** Its name (its tools are `name__tool`). */
+  name: string,
+  /** The program it runs, as a command line. */
+  command: string,
+  /** Whether a call to one of its tools waits for the user. */
+  approve: Approve,
+  /** Running (with how many tools), starting, not started, or why it failed. */
+  state: ServerState,
+  /** Its tools, while it runs. */
+  tools: Array<ToolView>,
+};
+
+/** What the Tools page shows. */
+export type ToolsView = {
+  /** The servers, in the settings' order. */
+  servers: Array<ServerView>,
+};
+
+/** A server the user adds on the Tools page. */
+export type ServerForm = {
+  /** Its name. */
+  name: string,
+  /** Its command line: the program and its arguments, quoted as a shell quotes them. */
+  command: string,
+  /** Whether a call to one of its tools waits for the user. */
+  approve: Approve,
+};
