@@ -867,12 +867,18 @@ async fn stream_reply(
     // The answer reaches a terminal without the escape sequences it may carry.
     let mut scrub = jarvis::terminal::Scrub::default();
     // A tool call waiting for the user's answer on the terminal: its id and the answer to come.
-    let mut asking: Option<(String, tokio::sync::oneshot::Receiver<jarvis::Consent>)> = None;
+    #[allow(clippy::type_complexity)]
+    let mut asking: Option<(
+        String,
+        std::pin::Pin<Box<dyn std::future::Future<Output = jarvis::Consent> + Send>>,
+    )> = None;
     loop {
         let event = tokio::select! {
             event = attachment.next_of(reply) => event,
             _ = tokio::signal::ctrl_c(), if !stop_asked => {
                 stop_asked = true;
+                // (A question on the terminal is no longer asked.)
+                asking = None;
                 service.stop(chat).await?;
                 continue;
             }
@@ -883,7 +889,7 @@ async fn stream_reply(
                 }
             }, if asking.is_some() => {
                 if let Some((call, _)) = asking.take() {
-                    service.consent(reply, &call, answer.unwrap_or(jarvis::Consent::Deny));
+                    service.consent(reply, &call, answer);
                 }
                 continue;
             }
@@ -956,14 +962,15 @@ async fn stream_reply(
     }
 }
 
-/// Asks on the terminal (`/dev/tty`, whatever stdin is) whether a tool call may run; the answer
-/// comes through the receiver (read on a thread of its own, so Ctrl-C still stops the reply while
-/// it waits). With no terminal to ask, it is denied and the user told why.
+/// Asks on the terminal (`/dev/tty`, whatever stdin is) whether a tool call may run. The read
+/// is non-blocking under tokio, so dropping the future (Ctrl-C, the call answered in a window)
+/// ends it, and no later line typed is taken for an answer. With no terminal to ask, it is
+/// denied and the user told why.
 fn consent_on_terminal(
     server: &str,
     tool: &str,
     arguments: &str,
-) -> tokio::sync::oneshot::Receiver<jarvis::Consent> {
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = jarvis::Consent> + Send>> {
     use jarvis::terminal::scrub;
     eprintln!(
         "Jarvis wants to use {} · {} with:\n{}",
@@ -971,21 +978,8 @@ fn consent_on_terminal(
         scrub(tool),
         scrub(arguments)
     );
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let asked = (|| -> std::io::Result<String> {
-            use std::io::BufRead as _;
-            let mut tty = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/tty")?;
-            write!(tty, "Allow it? [o]nce, [a]lways for this tool, [N]o: ")?;
-            tty.flush()?;
-            let mut line = String::new();
-            std::io::BufReader::new(tty).read_line(&mut line)?;
-            Ok(line)
-        })();
-        let consent = match asked {
+    Box::pin(async {
+        match tty_line("Allow it? [o]nce, [a]lways for this tool, [N]o: ").await {
             Ok(line) => match line.trim().to_lowercase().as_str() {
                 "o" | "once" | "y" | "yes" => jarvis::Consent::Once,
                 "a" | "always" => jarvis::Consent::Always,
@@ -995,10 +989,40 @@ fn consent_on_terminal(
                 eprintln!("(denied: there is no terminal to ask; set approve = \"always\" for the server to run its tools unasked)");
                 jarvis::Consent::Deny
             }
-        };
-        let _ = tx.send(consent);
-    });
-    rx
+        }
+    })
+}
+
+/// Writes `prompt` to the terminal and reads one line from it, without blocking a thread.
+async fn tty_line(prompt: &str) -> std::io::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/tty")?;
+    (&tty).write_all(prompt.as_bytes())?;
+    // SAFETY: the file is the AsyncFd's own: its descriptor stays open, and the same, until the
+    // AsyncFd (and the file with it) is dropped.
+    let tty = unsafe { tokio::io::unix::AsyncFd::register(tty) }?;
+    let mut line = Vec::new();
+    loop {
+        let mut ready = tty.readable().await?;
+        let mut buf = [0u8; 256];
+        match ready.try_io(|fd| fd.get_ref().read(&mut buf)) {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                line.extend_from_slice(&buf[..n]);
+                if line.contains(&b'\n') {
+                    break;
+                }
+            }
+            Ok(Err(err)) => return Err(err),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
 }
 
 async fn interactive(service: &Service, chat: Option<ChatId>) -> Result<ExitCode> {

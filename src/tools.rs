@@ -107,7 +107,10 @@ pub async fn plugged(servers: &Servers) -> Vec<Plugged> {
         let Ok(settings) = servers.settings_of(&server) else {
             continue;
         };
-        let (approve, program) = (settings.approve, crate::mcp::program_of(settings));
+        let (approve, program) = (
+            servers.approve_of(&server),
+            crate::mcp::program_of(settings),
+        );
         for tool in tools {
             let name = match namespaced(&server, &tool.name) {
                 Ok(name) => name,

@@ -832,9 +832,8 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
     app.type_into("#tool-command", &format!("{} stdio", server.display()))
         .await;
     app.click("#tool-add-button").await;
-    // It starts in the background: Refresh shows it running with its tools.
+    // It starts in the background; the page looks again until it runs, with its tools.
     app.wait_for("the server running with its tools", |app| async move {
-        app.click("#tools-refresh").await;
         (app.count("[data-server=everything] .tool[data-tool=echo]")
             .await
             == 1)
@@ -883,6 +882,29 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
     })
     .await;
     assert!(data.store().allowed_tools().unwrap().is_empty());
+
+    // Its approval changed: written, and the server goes on running (nothing restarts).
+    app.eval(
+        "const s = document.querySelector('[data-server=everything] .tool-approve');
+         s.dataset.old = '1'; s.value = 'never'; s.dispatchEvent(new Event('change'));
+         return null;",
+    )
+    .await;
+    app.wait_for("never written", |_| {
+        let written = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
+        async move { written.contains("approve = \"never\"").then_some(()) }
+    })
+    .await;
+    // (The page the change returned: a select drawn anew.)
+    app.wait_for("the page after the change", |app| async move {
+        (app.count("[data-server=everything] .tool-approve:not([data-old])")
+            .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    let state = app.text("[data-server=everything] .server-state").await;
+    assert!(state.starts_with("running · "), "still running: {state}");
 
     // Removed: gone from the page and the file.
     app.click("[data-server=everything] .tool-remove").await;

@@ -347,6 +347,29 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("old"), "{text}");
+        // A server's own comments stay when only its approval changes; one removed goes.
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("name = \"files\"", "name = \"files\" # my documents");
+        std::fs::write(&path, text).unwrap();
+        let mut changed = servers.clone();
+        changed[0].approve = Approve::Never;
+        changed.remove(1);
+        let saved = write_settings(
+            &path,
+            &[(
+                &["mcp", "servers"],
+                Some(SettingValue::McpServers(changed.clone())),
+            )],
+        )
+        .unwrap();
+        assert_eq!(saved.mcp.servers, changed);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("name = \"files\" # my documents"), "{text}");
+        assert!(
+            text.contains("approve = \"never\"") && !text.contains("calendar"),
+            "{text}"
+        );
         // None left: no table at all.
         let saved = write_settings(
             &path,

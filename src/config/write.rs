@@ -20,6 +20,41 @@ pub enum SettingValue {
     McpServers(Vec<super::McpServerSettings>),
 }
 
+/// `kept`, a server's table as the file has it, with the keys whose values differ from
+/// `server`'s written anew (the rest, and its comments, as they were).
+fn updated_table(kept: &toml_edit::Table, server: &super::McpServerSettings) -> toml_edit::Table {
+    let was: Option<super::McpServerSettings> = toml::from_str(&kept.to_string()).ok();
+    let fresh = server_table(server);
+    let mut table = kept.clone();
+    let differs = |key: &str| match &was {
+        Some(was) => match key {
+            "command" => was.command != server.command,
+            "args" => was.args != server.args,
+            "env" => was.env != server.env,
+            "approve" => was.approve != server.approve,
+            _ => false,
+        },
+        None => true,
+    };
+    for key in ["command", "args", "env", "approve"] {
+        if !differs(key) {
+            continue;
+        }
+        match fresh.get(key) {
+            Some(value) => match table.get_mut(key) {
+                Some(item) => *item = value.clone(),
+                None => {
+                    table.insert(key, value.clone());
+                }
+            },
+            None => {
+                table.remove(key);
+            }
+        }
+    }
+    table
+}
+
 /// One server as a `[[mcp.servers]]` table: its name, program, arguments, added environment
 /// (where there is any) and whether a call waits for the user.
 fn server_table(server: &super::McpServerSettings) -> toml_edit::Table {
@@ -121,7 +156,28 @@ pub fn edited_settings(
                 table.remove(last);
             }
             Some(SettingValue::McpServers(servers)) => {
-                let tables: toml_edit::ArrayOfTables = servers.iter().map(server_table).collect();
+                // A server already in the file keeps its table (its comments, its keys' order),
+                // only the keys that changed written; the others are dropped, new ones appended.
+                let before: Vec<toml_edit::Table> = table
+                    .get(last)
+                    .and_then(toml_edit::Item::as_array_of_tables)
+                    .map(|a| a.iter().cloned().collect())
+                    .unwrap_or_default();
+                let tables: toml_edit::ArrayOfTables = servers
+                    .iter()
+                    .map(|server| {
+                        let kept = before.iter().find(|t| {
+                            t.get("name")
+                                .and_then(toml_edit::Item::as_str)
+                                .map(str::trim)
+                                == Some(server.name.trim())
+                        });
+                        match kept {
+                            Some(kept) => updated_table(kept, server),
+                            None => server_table(server),
+                        }
+                    })
+                    .collect();
                 if tables.is_empty() {
                     table.remove(last);
                 } else {

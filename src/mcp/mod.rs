@@ -180,11 +180,21 @@ impl std::fmt::Debug for Servers {
 /// The servers of the settings, each started when first needed and kept running.
 pub struct Servers {
     settings: Vec<McpServerSettings>,
+    /// Each server's approval, which a settings change updates without restarting anything.
+    approvals: std::sync::Mutex<HashMap<String, crate::config::Approve>>,
     timeout: Duration,
     start_timeout: Duration,
     slots: HashMap<String, Slot>,
     failed: std::sync::Mutex<HashMap<String, Failure>>,
     stopped: AtomicBool,
+}
+
+fn approvals_of(settings: &McpSettings) -> HashMap<String, crate::config::Approve> {
+    settings
+        .servers
+        .iter()
+        .map(|s| (s.name.trim().to_string(), s.approve))
+        .collect()
 }
 
 /// A start that failed is tried again only after this (callers waiting meanwhile get its reason).
@@ -215,6 +225,7 @@ impl Servers {
         };
         Servers {
             settings: settings.servers.clone(),
+            approvals: std::sync::Mutex::new(approvals_of(settings)),
             timeout: secs(settings.call_timeout_secs, 30.0),
             start_timeout: secs(settings.start_timeout_secs, 60.0),
             stopped: AtomicBool::new(false),
@@ -230,6 +241,59 @@ impl Servers {
     /// The servers `settings` names, shared, or none where it names none.
     pub fn of(settings: &McpSettings) -> Option<Arc<Servers>> {
         (!settings.servers.is_empty()).then(|| Arc::new(Servers::new(settings)))
+    }
+
+    /// Whether `settings` runs the same servers as these (names, programs, environments,
+    /// timeouts): then only approvals differ, and these servers go on ([`Servers::set_approvals`]).
+    pub fn runs_the_same(&self, settings: &McpSettings) -> bool {
+        let programs = |servers: &[McpServerSettings]| -> Vec<McpServerSettings> {
+            servers
+                .iter()
+                .map(|s| McpServerSettings {
+                    approve: crate::config::Approve::default(),
+                    ..s.clone()
+                })
+                .collect()
+        };
+        let secs = |s: f64, default: f64| {
+            Duration::try_from_secs_f64(s).unwrap_or_else(|_| Duration::from_secs_f64(default))
+        };
+        programs(&self.settings) == programs(&settings.servers)
+            && self.timeout == secs(settings.call_timeout_secs, 30.0)
+            && self.start_timeout == secs(settings.start_timeout_secs, 60.0)
+    }
+
+    /// Puts `settings`' approvals in force (the next call asks, or not, as they say).
+    pub fn set_approvals(&self, settings: &McpSettings) {
+        *self.approvals.lock().unwrap_or_else(|p| p.into_inner()) = approvals_of(settings);
+    }
+
+    /// Whether a call to the server `name`'s tools waits for the user, as the settings say now.
+    pub fn approve_of(&self, name: &str) -> crate::config::Approve {
+        self.approvals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name.trim())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Whether offering the tools would wait for a server to start: one not running that is not
+    /// held back after a failed start.
+    pub fn would_start_one(&self) -> bool {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.states().into_iter().any(|(name, state)| match state {
+            ServerState::Running { .. } => false,
+            ServerState::Failed { .. } => failed
+                .get(&name)
+                .and_then(|f| f.start_failed)
+                .is_none_or(|at| at.elapsed() >= OFFER_HOLD),
+            ServerState::NotStarted | ServerState::Starting => true,
+        })
     }
 
     /// The servers' names, in the settings' order.

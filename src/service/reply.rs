@@ -345,14 +345,13 @@ impl ReplyJob {
     async fn backend_again(&self) -> Option<OwnedSemaphorePermit> {
         let turn = BackendTurn::take(&self.permits).await;
         let gives_way = !turn.is_now() && self.housekeeping.make_way();
-        match turn {
-            BackendTurn::Now(permit) => Some(permit),
-            BackendTurn::Queued(place) => {
-                let permit = self.wait_for_backend(place, gives_way).await?;
-                self.log.push(Event::Running { reply: self.reply });
-                Some(permit)
-            }
-        }
+        let permit = match turn {
+            BackendTurn::Now(permit) => permit,
+            BackendTurn::Queued(place) => self.wait_for_backend(place, gives_way).await?,
+        };
+        // (What the windows showed meanwhile — "Starting your tools…", the wait — goes.)
+        self.log.push(Event::Running { reply: self.reply });
+        Some(permit)
     }
 
     /// The backend is this reply's now: the store says it runs.
@@ -428,11 +427,7 @@ impl ReplyJob {
         // started and waited for; Stop ends the wait).
         let plugged = match self.options.mcp.clone() {
             Some(servers) => {
-                // (One that failed may be started again.)
-                let starting = servers
-                    .states()
-                    .iter()
-                    .any(|(_, state)| !matches!(state, crate::mcp::ServerState::Running { .. }));
+                let starting = servers.would_start_one();
                 if starting {
                     self.log.push(Event::Action {
                         reply: self.reply,

@@ -269,7 +269,17 @@ impl Session {
     /// changed.
     fn options_for(&self, settings: &Settings) -> ServiceOptions {
         let mut mcp = self.mcp.lock().unwrap_or_else(|p| p.into_inner());
-        if mcp.0 != settings.mcp {
+        let same = match &mcp.1 {
+            Some(servers) => servers.runs_the_same(&settings.mcp),
+            None => settings.mcp.servers.is_empty(),
+        };
+        if same {
+            // Only approvals changed (or nothing): the servers go on.
+            if let Some(servers) = &mcp.1 {
+                servers.set_approvals(&settings.mcp);
+            }
+            mcp.0 = settings.mcp.clone();
+        } else {
             let new = (settings.mcp.clone(), crate::mcp::Servers::of(&settings.mcp));
             if let Some(old) = std::mem::replace(&mut *mcp, new).1 {
                 let mut retired = self.retired_mcp.lock().unwrap_or_else(|p| p.into_inner());

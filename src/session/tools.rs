@@ -157,40 +157,44 @@ impl Session {
     /// Adds a server to the settings; it starts at once, and its tools are offered from the next
     /// question on.
     pub async fn add_tool_server(&self, form: ServerForm) -> Result<ToolsView, SessionError> {
-        let mut servers = self.settings().mcp.servers;
-        let server = form.server(&servers).map_err(SessionError::Invalid)?;
-        servers.push(server);
-        self.write_tool_servers(servers).await?;
+        self.change_tool_servers(move |servers| {
+            let server = form.server(servers)?;
+            servers.push(server);
+            Ok(())
+        })
+        .await?;
         self.tools_view().await
     }
 
     /// Removes the server `name` from the settings; it stops once a call it runs has ended.
     pub async fn remove_tool_server(&self, name: String) -> Result<ToolsView, SessionError> {
-        let mut servers = self.settings().mcp.servers;
-        let before = servers.len();
-        servers.retain(|s| s.name.trim() != name.trim());
-        if servers.len() == before {
-            return Err(SessionError::Invalid(format!(
-                "no server is named {name:?}"
-            )));
-        }
-        self.write_tool_servers(servers).await?;
+        self.change_tool_servers(move |servers| {
+            let before = servers.len();
+            servers.retain(|s| s.name.trim() != name.trim());
+            if servers.len() == before {
+                return Err(format!("no server is named {name:?}"));
+            }
+            Ok(())
+        })
+        .await?;
         self.tools_view().await
     }
 
-    /// Whether a call to the server `name`'s tools waits for the user.
+    /// Whether a call to the server `name`'s tools waits for the user (the servers go on).
     pub async fn set_tool_approval(
         &self,
         name: String,
         approve: Approve,
     ) -> Result<ToolsView, SessionError> {
-        let mut servers = self.settings().mcp.servers;
-        let server = servers
-            .iter_mut()
-            .find(|s| s.name.trim() == name.trim())
-            .ok_or_else(|| SessionError::Invalid(format!("no server is named {name:?}")))?;
-        server.approve = approve;
-        self.write_tool_servers(servers).await?;
+        self.change_tool_servers(move |servers| {
+            let server = servers
+                .iter_mut()
+                .find(|s| s.name.trim() == name.trim())
+                .ok_or_else(|| format!("no server is named {name:?}"))?;
+            server.approve = approve;
+            Ok(())
+        })
+        .await?;
         self.tools_view().await
     }
 
@@ -207,16 +211,25 @@ impl Session {
         self.tools_view().await
     }
 
-    /// Writes the servers to the settings and puts them in force: the new set starts at once.
-    async fn write_tool_servers(
+    /// Changes the servers as the settings file has them now (one change at a time: the file is
+    /// read under the lock every settings write takes, so neither a quick second change nor a
+    /// server added to the file by hand is lost), writes them and puts them in force.
+    async fn change_tool_servers(
         &self,
-        servers: Vec<McpServerSettings>,
+        change: impl FnOnce(&mut Vec<McpServerSettings>) -> Result<(), String> + Send + 'static,
     ) -> Result<(), SessionError> {
+        let _one = self.settings_lock.lock().await;
+        let path = self.locked_config().path.clone();
+        let mut servers = tokio::task::spawn_blocking(move || {
+            crate::config::edited_settings(&path, &[]).map(|(_, settings)| settings.mcp.servers)
+        })
+        .await
+        .map_err(|e| SessionError::Invalid(format!("reading the settings stopped: {e}")))??;
+        change(&mut servers).map_err(SessionError::Invalid)?;
         let changes = vec![(
             vec!["mcp", "servers"],
             Some(SettingValue::McpServers(servers)),
         )];
-        let _one = self.settings_lock.lock().await;
         let (_, config) = self.write(changes).await?;
         self.service
             .reconfigure(None, self.options_for(&config.settings))

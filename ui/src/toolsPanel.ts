@@ -60,15 +60,41 @@ function serverEl(server: ServerView): HTMLElement {
   );
 }
 
-/** Runs a change and shows the page it returns, or why it failed. */
+/** While a server starts, the page looks again every second (as long as it is open). */
+let poll: number | undefined;
+
+/** Runs a change and shows the page it returns, or why it failed (and the page as it is). The
+ *  page takes no other change meanwhile. */
 async function act(change: () => Promise<ToolsView>): Promise<boolean> {
   byId("tools-error").textContent = "";
+  const page = dialog();
+  // (The server list's own controls: the add form keeps what is being typed, and its focus.)
+  const controls = [...page.querySelectorAll("#tool-servers select, #tool-servers button")] as (HTMLSelectElement | HTMLButtonElement)[];
+  for (const c of controls) c.disabled = true;
+  let done = false;
   try {
-    render(await change());
-    return true;
+    show(await change());
+    done = true;
   } catch (err) {
     byId("tools-error").textContent = message(err);
-    return false;
+    try {
+      show(await api.toolsView());
+    } catch {
+      // The reason above says enough.
+    }
+  } finally {
+    for (const c of controls) c.disabled = false;
+  }
+  return done;
+}
+
+function show(view: ToolsView): void {
+  render(view);
+  window.clearTimeout(poll);
+  if (view.servers.some((s) => s.state.state === "not_started" || s.state.state === "starting")) {
+    poll = window.setTimeout(() => {
+      if (dialog().open) api.toolsView().then(show, () => {});
+    }, 1000);
   }
 }
 
