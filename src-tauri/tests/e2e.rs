@@ -713,12 +713,7 @@ async fn a_fact_the_model_stores_shows_in_its_chat_with_undo_and_the_panel_says_
 #[ignore = "needs a display: run scripts/e2e"]
 async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_reads_nothing() {
     let _one = one_app_at_a_time().await;
-    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/mcp-servers/node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        server.exists(),
-        "the reference MCP servers are missing: run scripts/mcp-servers"
-    );
+    let server = reference_mcp_server("mcp-server-filesystem");
     let stub = Stub::start().await.unwrap();
     let data = Data::new();
     let folder = data.path().join("documents");
@@ -745,10 +740,7 @@ async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_read
 
     // Denied: the card goes, nothing is read, the model is told.
     app.type_question("What is in plans.txt?").await;
-    app.wait_for("the action card", |app| async move {
-        (app.count(".consent-card button").await == 3).then_some(())
-    })
-    .await;
+    card_shown(&app).await;
     let card = app.text(".consent-card").await;
     assert!(
         card.contains("Jarvis wants to use read_text_file from files")
@@ -779,10 +771,7 @@ async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_read
 
     // Allowed once: read, its line folded under what was called, its result unfolding.
     app.type_question("Please read it.").await;
-    app.wait_for("the action card", |app| async move {
-        (app.count(".consent-card button").await == 3).then_some(())
-    })
-    .await;
+    card_shown(&app).await;
     app.click(".consent-card [data-consent=once]").await;
     app.wait_for_state("done").await;
     app.wait_for("the read call's line", |app| async move {
@@ -812,12 +801,7 @@ async fn the_filesystem_servers_read_waits_for_allow_in_the_chat_and_a_deny_read
 async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_can_be_asked_again()
 {
     let _one = one_app_at_a_time().await;
-    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/mcp-servers/node_modules/.bin/mcp-server-everything");
-    assert!(
-        server.exists(),
-        "the reference MCP servers are missing: run scripts/mcp-servers"
-    );
+    let server = reference_mcp_server("mcp-server-everything");
     let stub = Stub::start().await.unwrap();
     let data = Data::new();
     let app = App::start(&stub, &data).await;
@@ -859,10 +843,7 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
     stub.push(Script::text("").tool_call("c1", "everything__echo", r#"{"message": "hi"}"#));
     stub.push(Script::text("It echoed."));
     app.type_question("Echo hi.").await;
-    app.wait_for("the action card", |app| async move {
-        (app.count(".consent-card button").await == 3).then_some(())
-    })
-    .await;
+    card_shown(&app).await;
     app.click(".consent-card [data-consent=always]").await;
     app.wait_for_state("done").await;
     assert!(tool_results_of(&stub.received()[1].body).contains("Echo: hi"));
@@ -914,6 +895,26 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
     .await;
     let written = std::fs::read_to_string(data.path().join("settings.toml")).unwrap();
     assert!(!written.contains("everything"), "{written}");
+}
+
+/// A reference MCP server's program, installed by `scripts/mcp-servers`.
+fn reference_mcp_server(program: &str) -> std::path::PathBuf {
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mcp-servers/node_modules/.bin")
+        .join(program);
+    assert!(
+        server.exists(),
+        "the reference MCP servers are missing: run scripts/mcp-servers"
+    );
+    server
+}
+
+/// Waits until the chat shows a tool call's action card with its three answers.
+async fn card_shown(app: &App) {
+    app.wait_for("the action card", |app| async move {
+        (app.count(".consent-card button").await == 3).then_some(())
+    })
+    .await;
 }
 
 /// Every tool result's text in a request body (the OpenAI wire format the app's stub speaks).
