@@ -506,8 +506,14 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Key { action } => key(action),
         Command::Request { chat, text } => {
             let store = open_store(&config)?;
+            // The user's MCP servers are started to say their tools, as a reply would.
+            let servers = jarvis::mcp::Servers::of(&config.settings.mcp);
+            if let Some(servers) = &servers {
+                servers.offered().await;
+            }
             let options = ServiceOptions::from_settings(&config.settings)
-                .with_recall(&store, &config.model_dir());
+                .with_recall(&store, &config.model_dir())
+                .with_mcp(servers.clone());
             let request = jarvis::prompt::preview(
                 &config,
                 &store,
@@ -517,6 +523,9 @@ async fn run(command: Command) -> Result<ExitCode> {
                 &env,
             )?;
             say!("{}", serde_json::to_string_pretty(&request)?);
+            if let Some(servers) = servers {
+                servers.stop_all().await;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Facts { action } => facts(&config, action.unwrap_or(FactAction::List)),

@@ -102,8 +102,26 @@ pub struct Plugged {
 /// tool whose name cannot be namespaced, or that would take another's namespaced name, is left
 /// out too.
 pub async fn plugged(servers: &Servers) -> Vec<Plugged> {
+    plugged_of(servers, servers.offered().await)
+}
+
+/// The tools of the servers running now, as [`plugged`] offers them, nothing started or waited
+/// for (what a preview of the request shows).
+pub fn plugged_now(servers: &Servers) -> Vec<Plugged> {
+    let running = servers
+        .names()
+        .into_iter()
+        .filter_map(|name| servers.tools_now(&name).map(|tools| (name, tools)))
+        .collect();
+    plugged_of(servers, running)
+}
+
+fn plugged_of(
+    servers: &Servers,
+    offered: Vec<(String, Vec<crate::mcp::ToolInfo>)>,
+) -> Vec<Plugged> {
     let mut out: Vec<Plugged> = Vec::new();
-    for (server, tools) in servers.offered().await {
+    for (server, tools) in offered {
         let Ok(settings) = servers.settings_of(&server) else {
             continue;
         };

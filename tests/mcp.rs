@@ -296,6 +296,16 @@ async fn jarvis_mcp_lists_the_servers_shows_a_servers_tools_and_calls_one() {
         "{listed}"
     );
 
+    // What the model would be sent lists the server's tools, as a reply offers them.
+    let (code, request, err) = output(jarvis(&dir).args(["request", "Echo", "hi"])).await;
+    assert_eq!(code, 0, "{err}");
+    let request: serde_json::Value = serde_json::from_str(&request).unwrap();
+    let offered = request["body"]["tools"].to_string();
+    assert!(
+        offered.contains("everything__echo") && offered.contains("remember_fact"),
+        "{request:#}"
+    );
+
     let (code, tools, _) = output(jarvis(&dir).args(["mcp", "tools", "everything"])).await;
     assert_eq!(code, 0);
     let echo = tools

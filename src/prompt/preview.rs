@@ -53,6 +53,17 @@ pub fn preview(
                 running_actions: 0,
             },
         )
+        .map(|mut request| {
+            // The user's tools, from the servers running now.
+            if let Some(servers) = &options.mcp {
+                request.tools.extend(
+                    crate::tools::plugged_now(servers)
+                        .into_iter()
+                        .map(|tool| tool.spec),
+                );
+            }
+            request
+        })
     };
     let (url, headers, body) = match s.backend {
         BackendKind::Anthropic => (

@@ -657,7 +657,8 @@ impl Session {
             Some(chat) => self.service.store_of(chat).clone(),
             None => self.service.store().clone(),
         };
-        let mut options = ServiceOptions::from_settings(&config.settings);
+        let mut options =
+            ServiceOptions::from_settings(&config.settings).with_mcp(self.mcp_servers());
         options.recall = self.recall.clone();
         let env = self.env.clone();
         Ok(
