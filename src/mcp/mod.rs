@@ -86,6 +86,13 @@ pub struct ToolInfo {
     pub annotations: serde_json::Value,
 }
 
+impl ToolInfo {
+    /// The first line of its description, as lists show it.
+    pub fn summary(&self) -> &str {
+        self.description.lines().next().unwrap_or_default().trim()
+    }
+}
+
 /// What a call gave back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CallOutcome {
@@ -210,6 +217,19 @@ struct Failure {
     start_failed: Option<Instant>,
 }
 
+impl Failure {
+    /// Its start failed a moment ago: the tools offered with a question do not wait for it.
+    fn holds_offer(&self) -> bool {
+        self.start_failed
+            .is_some_and(|at| at.elapsed() < OFFER_HOLD)
+    }
+}
+
+/// `s` seconds as a duration; `default` where `s` is not one (the settings check them first).
+fn secs_or(s: f64, default: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or_else(|_| Duration::from_secs_f64(default))
+}
+
 /// How long a server whose start failed is left out of the tools offered with each question
 /// (each would otherwise wait for its start again); a call or `jarvis mcp` still tries it.
 const OFFER_HOLD: Duration = Duration::from_secs(60);
@@ -220,14 +240,11 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 impl Servers {
     /// The servers `settings` names; none is started yet.
     pub fn new(settings: &McpSettings) -> Servers {
-        let secs = |s: f64, default: f64| {
-            Duration::try_from_secs_f64(s).unwrap_or_else(|_| Duration::from_secs_f64(default))
-        };
         Servers {
             settings: settings.servers.clone(),
             approvals: std::sync::Mutex::new(approvals_of(settings)),
-            timeout: secs(settings.call_timeout_secs, 30.0),
-            start_timeout: secs(settings.start_timeout_secs, 60.0),
+            timeout: secs_or(settings.call_timeout_secs, 30.0),
+            start_timeout: secs_or(settings.start_timeout_secs, 60.0),
             stopped: AtomicBool::new(false),
             slots: settings
                 .servers
@@ -255,12 +272,9 @@ impl Servers {
                 })
                 .collect()
         };
-        let secs = |s: f64, default: f64| {
-            Duration::try_from_secs_f64(s).unwrap_or_else(|_| Duration::from_secs_f64(default))
-        };
         programs(&self.settings) == programs(&settings.servers)
-            && self.timeout == secs(settings.call_timeout_secs, 30.0)
-            && self.start_timeout == secs(settings.start_timeout_secs, 60.0)
+            && self.timeout == secs_or(settings.call_timeout_secs, 30.0)
+            && self.start_timeout == secs_or(settings.start_timeout_secs, 60.0)
     }
 
     /// Puts `settings`' approvals in force (the next call asks, or not, as they say).
@@ -288,10 +302,7 @@ impl Servers {
             .clone();
         self.states().into_iter().any(|(name, state)| match state {
             ServerState::Running { .. } => false,
-            ServerState::Failed { .. } => failed
-                .get(&name)
-                .and_then(|f| f.start_failed)
-                .is_none_or(|at| at.elapsed() >= OFFER_HOLD),
+            ServerState::Failed { .. } => !failed.get(&name).is_some_and(Failure::holds_offer),
             ServerState::NotStarted | ServerState::Starting => true,
         })
     }
@@ -353,10 +364,7 @@ impl Servers {
             self.names()
                 .into_iter()
                 .filter(|name| {
-                    let held = failed
-                        .get(name)
-                        .and_then(|f| f.start_failed)
-                        .is_some_and(|at| at.elapsed() < OFFER_HOLD);
+                    let held = failed.get(name).is_some_and(Failure::holds_offer);
                     if held {
                         tracing::debug!(server = %name, "not offered: its start failed a moment ago");
                     }
@@ -719,12 +727,7 @@ pub fn tool_line(tool: &ToolInfo) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    format!(
-        "{}\t{}\t{}",
-        tool.name,
-        tool.description.lines().next().unwrap_or_default().trim(),
-        arguments.join(" ")
-    )
+    format!("{}\t{}\t{}", tool.name, tool.summary(), arguments.join(" "))
 }
 
 /// A result's content blocks as text: text as it is, an image or audio named with its type, a

@@ -313,17 +313,8 @@ impl ReplyJob {
             reply: self.reply,
             message: WAITING_MESSAGE.into(),
         });
-        let mut heartbeat = tokio::time::interval(LEASE / 3);
-        loop {
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return None,
-                permit = &mut acquire => return self.running(permit?).await,
-                _ = heartbeat.tick() => {
-                    self.renew_lease().await;
-                }
-            }
-        }
+        let permit = self.until_stopped(acquire).await??;
+        self.running(permit).await
     }
 
     /// Renews the reply's lease, so no other process takes it for dead while it waits.
@@ -509,8 +500,7 @@ impl ReplyJob {
                     }
                     // The calls to the user's tools first, one at a time, each with their consent
                     // where it needs it: their results by the call's place in the round.
-                    let mut answered_before: std::collections::HashMap<usize, ToolResult> =
-                        Default::default();
+                    let mut answered_before: Vec<Option<ToolResult>> = vec![None; calls.len()];
                     // Whether a server's answer is among them: text from outside.
                     let mut read_plugged = false;
                     let mut stopped = false;
@@ -526,7 +516,7 @@ impl ReplyJob {
                         match self.call_plugged(tool, call).await {
                             Some((result, ran)) => {
                                 read_plugged |= ran;
-                                answered_before.insert(n, result);
+                                answered_before[n] = Some(result);
                             }
                             None => {
                                 stopped = true;
@@ -539,7 +529,7 @@ impl ReplyJob {
                         break;
                     }
                     for (n, (call, _)) in calls.iter().enumerate() {
-                        if answered_before.contains_key(&n) {
+                        if answered_before[n].is_some() {
                             continue;
                         }
                         self.log.push(Event::Action {
@@ -558,34 +548,25 @@ impl ReplyJob {
                         let results = run
                             .iter()
                             .enumerate()
-                            .map(|(n, (call, refused))| match refused {
-                                // A call to the user's tools: answered above.
-                                None if answered_before.contains_key(&n) => {
-                                    answered_before.remove(&n).unwrap_or_else(|| ToolResult {
-                                        id: call.id.clone(),
-                                        content: String::new(),
-                                        is_error: true,
-                                    })
+                            .map(|(n, (call, refused))| {
+                                match (answered_before[n].take(), refused) {
+                                    // A call to the user's tools: answered above.
+                                    (Some(answered), _) => answered,
+                                    // A tool's result is bounded, holds no envelope of the app's, and
+                                    // is marked when it is text from outside.
+                                    (None, None) => {
+                                        read |= memory::reads_outside(&call.name);
+                                        let mut result =
+                                            memory::run(&store, chat, call, &mut before);
+                                        result.content = crate::tools::result_for_model(
+                                            &call.name,
+                                            &result.content,
+                                        );
+                                        result
+                                    }
+                                    // A call not run is answered in the app's own words.
+                                    (None, Some(why)) => not_run(call, why, true),
                                 }
-                                // A tool's result is bounded, holds no envelope of the app's, and
-                                // is marked when it is text from outside.
-                                None => {
-                                    read |= memory::reads_outside(&call.name);
-                                    let mut result = memory::run(&store, chat, call, &mut before);
-                                    result.content =
-                                        crate::tools::result_for_model(&call.name, &result.content);
-                                    result
-                                }
-                                // A call not run is answered in the app's own words.
-                                Some(why) => ToolResult {
-                                    id: call.id.clone(),
-                                    content: crate::envelope::neutralise(&format!(
-                                        "{} was not run: {why}.",
-                                        memory::shown_name(&call.name)
-                                    ))
-                                    .into_owned(),
-                                    is_error: true,
-                                },
                             })
                             .collect::<Vec<_>>();
                         // The model reads these results next: from then on it has read text
@@ -678,18 +659,8 @@ impl ReplyJob {
             serde_json::to_string_pretty(&call.arguments).unwrap_or_default(),
             ARGUMENTS_SHOWN,
         );
-        let not_run = |why: &str, line: String| {
-            let said = ToolResult {
-                id: call.id.clone(),
-                content: crate::envelope::neutralise(&format!(
-                    "{} was not run: {why}.",
-                    memory::shown_name(&call.name)
-                ))
-                .into_owned(),
-                is_error: false,
-            };
-            (said, line, false)
-        };
+        // A refusal is an ordinary result: the model answers from it.
+        let not_run = |why: &str, line: String| (not_run(call, why, false), line, false);
         let (result, line, ran) = 'ran: {
             match tool.approve {
                 Approve::Never => {
@@ -700,18 +671,15 @@ impl ReplyJob {
                 }
                 Approve::Always => {}
                 Approve::Ask => {
-                    let (store, server, program, name) = (
-                        self.store.clone(),
-                        tool.server.clone(),
-                        tool.program.clone(),
-                        tool.tool.clone(),
-                    );
-                    let always = blocking(move || store.tool_allowed(&server, &program, &name))
-                        .await
-                        .unwrap_or_else(|err| {
-                            tracing::warn!(%err, "could not read the tools always allowed; asking");
-                            false
-                        });
+                    let (store, t) = (self.store.clone(), tool.clone());
+                    let always = blocking(move || {
+                        store.tool_allowed(&t.server, &t.program, &t.tool)
+                    })
+                    .await
+                    .unwrap_or_else(|err| {
+                        tracing::warn!(%err, "could not read the tools always allowed; asking");
+                        false
+                    });
                     if !always {
                         if self.in_conversation || self.mode != crate::prompt::Mode::Typed {
                             // The orb shows no card, and nothing runs unseen.
@@ -759,14 +727,10 @@ impl ReplyJob {
                             );
                         }
                         if consent == super::Consent::Always {
-                            let (store, server, program, name) = (
-                                self.store.clone(),
-                                tool.server.clone(),
-                                tool.program.clone(),
-                                tool.tool.clone(),
-                            );
+                            let (store, t) = (self.store.clone(), tool.clone());
                             if let Err(err) =
-                                blocking(move || store.allow_tool(&server, &program, &name)).await
+                                blocking(move || store.allow_tool(&t.server, &t.program, &t.tool))
+                                    .await
                             {
                                 tracing::warn!(%err, "could not keep that a tool is always allowed");
                             }
@@ -891,17 +855,9 @@ impl ReplyJob {
             &guard,
             memory::summary::COMPACTION_LIMIT,
         );
-        tokio::pin!(call);
-        let mut heartbeat = tokio::time::interval(LEASE / 3);
-        let summary = loop {
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return Ok(Compacted::Stopped),
-                done = &mut call => break done.map_err(|e| e.to_string())?,
-                _ = heartbeat.tick() => {
-                    self.renew_lease().await;
-                }
-            }
+        let summary = match self.until_stopped(call).await {
+            Some(done) => done.map_err(|e| e.to_string())?,
+            None => return Ok(Compacted::Stopped),
         };
         if summary.is_empty() {
             return Err("the model wrote an empty summary".into());
@@ -1084,9 +1040,22 @@ const RESULT_SHOWN: usize = 4_000;
 
 /// `text` cut to `limit` characters, saying so.
 fn capped_chars(text: String, limit: usize) -> String {
-    match text.char_indices().nth(limit) {
-        Some((cut, _)) => format!("{}… (cut)", &text[..cut]),
+    match text.chars().nth(limit) {
+        Some(_) => format!("{} (cut)", llm::sse::capped_at(&text, limit)),
         None => text,
+    }
+}
+
+/// The result of a call that was not run, in the app's own words: `why`.
+fn not_run(call: &ToolCall, why: &str, is_error: bool) -> ToolResult {
+    ToolResult {
+        id: call.id.clone(),
+        content: crate::envelope::neutralise(&format!(
+            "{} was not run: {why}.",
+            memory::shown_name(&call.name)
+        ))
+        .into_owned(),
+        is_error,
     }
 }
 

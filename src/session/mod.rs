@@ -197,9 +197,8 @@ pub struct Session {
     /// How the push-to-talk shortcut comes in, as the desktop shell found it.
     shortcut_way: Mutex<Option<String>>,
     recall: Option<Arc<Recall>>,
-    /// The user's MCP servers and the settings they were made from: kept running across settings
-    /// changes that leave `[mcp]` as it was.
-    mcp: Mutex<(crate::config::McpSettings, Option<Arc<crate::mcp::Servers>>)>,
+    /// The user's MCP servers: kept running across settings changes that run the same servers.
+    mcp: Mutex<Option<Arc<crate::mcp::Servers>>>,
     /// Servers replaced by a settings change, still held by a reply that was calling them: Quit
     /// stops them too.
     retired_mcp: Mutex<Vec<std::sync::Weak<crate::mcp::Servers>>>,
@@ -237,7 +236,6 @@ impl Session {
         // The user's MCP servers start now, in the background, so that their tools are ready by
         // the first question (a reply waits for one still starting).
         let mcp = crate::mcp::Servers::of(&config.settings.mcp);
-        let mcp_settings = config.settings.mcp.clone();
         if let Some(servers) = mcp.clone() {
             tools::start_in_background(servers);
         }
@@ -253,7 +251,7 @@ impl Session {
             problem: Mutex::new(problem),
             shortcut_way: Mutex::new(None),
             recall,
-            mcp: Mutex::new((mcp_settings, mcp)),
+            mcp: Mutex::new(mcp),
             retired_mcp: Mutex::new(Vec::new()),
             voice,
             env,
@@ -265,29 +263,28 @@ impl Session {
     }
 
     /// The service's options for `settings`, with the MCP servers in force: the same servers
-    /// while `[mcp]` is unchanged, new ones (the old stopping once their last call ends) when it
-    /// changed.
+    /// while `[mcp]` runs the same ones (a changed approval put in force), new ones (the old
+    /// stopping once their last call ends) when it does not.
     fn options_for(&self, settings: &Settings) -> ServiceOptions {
         let mut mcp = self.mcp.lock().unwrap_or_else(|p| p.into_inner());
-        let same = match &mcp.1 {
+        let same = match &*mcp {
             Some(servers) => servers.runs_the_same(&settings.mcp),
             None => settings.mcp.servers.is_empty(),
         };
         if same {
             // Only approvals changed (or nothing): the servers go on.
-            if let Some(servers) = &mcp.1 {
+            if let Some(servers) = &*mcp {
                 servers.set_approvals(&settings.mcp);
             }
-            mcp.0 = settings.mcp.clone();
         } else {
-            let new = (settings.mcp.clone(), crate::mcp::Servers::of(&settings.mcp));
-            if let Some(old) = std::mem::replace(&mut *mcp, new).1 {
+            let new = crate::mcp::Servers::of(&settings.mcp);
+            if let Some(old) = std::mem::replace(&mut *mcp, new) {
                 let mut retired = self.retired_mcp.lock().unwrap_or_else(|p| p.into_inner());
                 retired.retain(|servers| servers.strong_count() > 0);
                 retired.push(Arc::downgrade(&old));
             }
         }
-        ServiceOptions::from_settings(settings).with_mcp(mcp.1.clone())
+        ServiceOptions::from_settings(settings).with_mcp(mcp.clone())
     }
 
     /// Stops the user's MCP servers, at once (Jarvis is quitting): a call in flight fails, and

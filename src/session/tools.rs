@@ -138,13 +138,7 @@ impl Session {
                         always_allowed: allowed
                             .iter()
                             .any(|(s, p, t)| *s == name && *p == program && *t == tool.name),
-                        description: tool
-                            .description
-                            .lines()
-                            .next()
-                            .unwrap_or_default()
-                            .trim()
-                            .to_string(),
+                        description: tool.summary().to_string(),
                         name: tool.name,
                     })
                     .collect(),
@@ -242,7 +236,7 @@ impl Session {
 
     /// The MCP servers in force.
     pub(crate) fn mcp_servers(&self) -> Option<Arc<Servers>> {
-        self.mcp.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.mcp.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

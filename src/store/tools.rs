@@ -67,17 +67,14 @@ impl Store {
 
     /// The tools always allowed, as (server, tool), in order (once each, whatever program).
     pub fn allowed_tools(&self) -> Result<Vec<(String, String)>, StoreError> {
-        if let Some(user) = &self.user {
-            return user.allowed_tools();
-        }
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached("SELECT DISTINCT server, tool FROM allowed_tools ORDER BY server, tool")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>());
-        rows.map_err(|e| self.err(e))
+        let mut tools: Vec<(String, String)> = self
+            .allowed_tools_with_programs()?
+            .into_iter()
+            .map(|(server, _, tool)| (server, tool))
+            .collect();
+        // (In order of server and tool: the same tool of two programs is side by side.)
+        tools.dedup();
+        Ok(tools)
     }
 
     /// The tools always allowed, as (server, program, tool).
