@@ -846,27 +846,155 @@ async fn a_server_that_exits_hangs_or_cannot_start_is_a_tool_error_and_the_reply
     assert!(lines[2].starts_with("Used fine · work\n"), "{lines:?}");
 }
 
+/// The last message of a request body, as text (the question, after its state block).
+fn last_user_text(body: &serde_json::Value) -> String {
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    match &last["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Waits until the voice conversation has no reply running; returns whether Jarvis waits for the
+/// user's answer to a question of its own.
+async fn voice_settled(service: &Service) -> bool {
+    let mut status = service.voice_status();
+    let settled = status.wait_for(|s| s.replying.is_none() && s.queue.is_empty());
+    let awaiting = tokio::time::timeout(LIMIT, settled)
+        .await
+        .expect("the voice reply never ended")
+        .expect("the service went away")
+        .awaiting_answer;
+    awaiting
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_call_in_the_voice_conversation_that_needs_consent_is_not_run_and_the_model_is_told_why()
-{
+async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the_users_own_yes() {
+    let folder = tempfile::tempdir().unwrap();
+    let secret = folder.path().join("plans.txt");
+    std::fs::write(&secret, "The launch is on Tuesday.").unwrap();
+    let call = format!(r#"{{"path": {}}}"#, json!(secret.display().to_string()));
+    let other = format!(
+        r#"{{"path": {}}}"#,
+        json!(folder.path().join("other.txt").display().to_string())
+    );
     let stub = Stub::start().await.unwrap();
-    stub.push(Script::text("").tool_call("c1", "asks__work", "{}"));
-    stub.push(Script::text("Please allow it in the chat window."));
+    // 1: asked aloud; calling again in the same answer runs nothing either.
+    stub.push(Script::text("").tool_call("c1", "files__read_text_file", &call));
+    stub.push(Script::text("").tool_call("c2", "files__read_text_file", &call));
+    stub.push(Script::text("Shall I read plans.txt?"));
+    // 2: the user's "yes": the same call runs.
+    stub.push(Script::text("").tool_call("c3", "files__read_text_file", &call));
+    stub.push(Script::text("The launch is on Tuesday."));
+    // 3: a new call is asked; 4: "no", and the model does not call; 5: a call made on no yes
+    // of the user's to the question that lapsed is asked again, not run.
+    stub.push(Script::text("").tool_call("c4", "files__read_text_file", &call));
+    stub.push(Script::text("Shall I read it again?"));
+    stub.push(Script::text("Alright, I won't."));
+    stub.push(Script::text("").tool_call("c5", "files__read_text_file", &call));
+    stub.push(Script::text("Shall I?"));
+    // 6: a yes answers only the call asked: another file is asked about first.
+    stub.push(Script::text("").tool_call("c6", "files__read_text_file", &other));
+    stub.push(Script::text("Shall I read other.txt instead?"));
     let dir = Dir::new();
+    let filesystem = reference("mcp-server-filesystem");
+    let folder_arg = folder.path().display().to_string();
     let service = service_with_tools(
         &dir,
         &stub,
         BackendKind::Anthropic,
-        mcp(vec![misbehaving("asks", "fine")], 30.0),
+        mcp(vec![server("files", &filesystem, &[&folder_arg])], 30.0),
     );
-    // Typed into the orb: still the voice conversation, which shows no action card.
-    service.voice_ask("Do some work.").await.unwrap();
-    eventually("the call's result sent back", || stub.received().len() == 2).await;
-    let results = tool_results(&stub.received()[1].body);
-    assert_eq!(results.len(), 1);
+    // Typed into the orb: the voice conversation, which shows no action card.
+    service.voice_ask("What is in plans.txt?").await.unwrap();
     assert!(
-        results[0].contains("asks__work was not run: it needs the user's consent")
-            && results[0].contains("chat window"),
-        "{results:?}"
+        voice_settled(&service).await,
+        "Jarvis waits for the answer to its question"
+    );
+    let received = stub.received();
+    assert_eq!(received.len(), 3);
+    let asked = tool_results(&received[1].body);
+    assert!(
+        asked[0].contains("files__read_text_file was not run: it needs the user's consent")
+            && asked[0].contains("Ask them"),
+        "{asked:?}"
+    );
+    let again = tool_results(&received[2].body);
+    assert!(
+        again
+            .last()
+            .unwrap()
+            .contains("was not run: the user has not answered yet"),
+        "{again:?}"
+    );
+    assert!(
+        !format!("{asked:?}{again:?}").contains("Tuesday"),
+        "nothing was read"
+    );
+
+    service.voice_ask("Yes, go ahead.").await.unwrap();
+    voice_settled(&service).await;
+    let received = stub.received();
+    assert_eq!(received.len(), 5);
+    let said = last_user_text(&received[3].body);
+    assert!(
+        said.contains(&format!(
+            "Waiting for the user to confirm: Run read_text_file of the files server with {}? (if this message says yes to it, call files__read_text_file again with the same arguments; otherwise it is not run)",
+            serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&call).unwrap())
+                .unwrap()
+        )) && said.ends_with("Yes, go ahead."),
+        "{said}"
+    );
+    let read = tool_results(&received[4].body);
+    assert!(
+        read.last().unwrap().contains("The launch is on Tuesday."),
+        "{read:?}"
+    );
+
+    service.voice_ask("Read it once more.").await.unwrap();
+    assert!(voice_settled(&service).await);
+    service.voice_ask("No.").await.unwrap();
+    voice_settled(&service).await;
+    service.voice_ask("Well?").await.unwrap();
+    voice_settled(&service).await;
+    let received = stub.received();
+    assert_eq!(received.len(), 10);
+    assert!(
+        !last_user_text(&received[8].body).contains("Waiting for the user to confirm"),
+        "the question lapsed with the answer that said no"
+    );
+    let asked = tool_results(&received[9].body);
+    assert!(
+        asked
+            .last()
+            .unwrap()
+            .contains("was not run: it needs the user's consent"),
+        "{asked:?}"
+    );
+
+    service.voice_ask("Yes.").await.unwrap();
+    voice_settled(&service).await;
+    let asked = tool_results(&stub.received()[11].body);
+    assert!(
+        asked
+            .last()
+            .unwrap()
+            .contains("was not run: it needs the user's consent"),
+        "{asked:?}"
+    );
+
+    let chat = service.voice_status().borrow().chat.unwrap();
+    let lines = action_lines(&service, chat);
+    let heads: Vec<&str> = lines.iter().map(|l| l.lines().next().unwrap()).collect();
+    assert_eq!(
+        heads,
+        [
+            "Not run: files · read_text_file — asked aloud for consent",
+            "Not run: files · read_text_file — not answered yet",
+            "Used files · read_text_file",
+            "Not run: files · read_text_file — asked aloud for consent",
+            "Not run: files · read_text_file — asked aloud for consent",
+            "Not run: files · read_text_file — asked aloud for consent",
+        ]
     );
 }

@@ -185,6 +185,14 @@ pub enum Confirmation {
     Forget(String),
     /// Remembering a fact proposed after reading text from outside ("Remember "…"?").
     Remember(String),
+    /// A call to a tool of the user's servers, asked aloud ("Run read_text_file of the files
+    /// server with {…}?"), with the name the tool is offered under.
+    Tool {
+        /// The question asked.
+        question: String,
+        /// The tool's name as offered (`server__tool`).
+        name: String,
+    },
 }
 
 impl State {
@@ -227,6 +235,10 @@ impl State {
                 "Waiting for the user to confirm: {question} (proposed after reading content from \
                  outside, not by the user; if this message says yes to it, call remember_fact with \
                  that fact and confirm: true; otherwise it is not stored)"
+            )),
+            Some(Confirmation::Tool { question, name }) => lines.push(format!(
+                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
+                 {name} again with the same arguments; otherwise it is not run)"
             )),
             None => {}
         }
@@ -431,6 +443,10 @@ pub fn assemble_stated(
     state.pending_confirmation = pending.map(|(pending, question)| match pending {
         crate::store::Pending::Forget(_) => Confirmation::Forget(question),
         crate::store::Pending::Remember(_) => Confirmation::Remember(question),
+        crate::store::Pending::Tool(call) => Confirmation::Tool {
+            question,
+            name: call.name,
+        },
     });
     state.running_actions = a.running_actions;
     // A compacted chat: the records from its anchor on, after the summary of the rest.

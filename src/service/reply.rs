@@ -18,7 +18,8 @@ use crate::llm::{
 };
 use crate::memory;
 use crate::store::{
-    ChatId, Record, RecordId, ReplyId, ReplyState, Store, StoreError, LEASE, NOT_RUN, STOPPED, USED,
+    ChatId, Pending, Record, RecordId, ReplyId, ReplyState, Store, StoreError, ToolAsk, LEASE,
+    NOT_RUN, STOPPED, USED,
 };
 
 pub(crate) struct ReplyJob {
@@ -680,14 +681,38 @@ impl ReplyJob {
                         tracing::warn!(%err, "could not read the tools always allowed; asking");
                         false
                     });
-                    if !always {
-                        if self.in_conversation || self.mode != crate::prompt::Mode::Typed {
-                            // The orb shows no card, and nothing runs unseen.
-                            break 'ran not_run(
-                                "it needs the user's consent, which the voice conversation cannot ask for yet; tell them to ask for it in the chat window, where they can allow it",
-                                format!("{NOT_RUN}{shown} — its consent is asked in the chat window\n{arguments}"),
-                            );
+                    if !always && (self.in_conversation || self.mode != crate::prompt::Mode::Typed)
+                    {
+                        // ADR 0159: the orb shows no card, so the question is spoken, and only
+                        // the user's own next message can allow the call.
+                        match self.asked_aloud(tool, call).await {
+                            Aloud::Yes => {}
+                            Aloud::Ask => break 'ran not_run(
+                                &format!(
+                                    "it needs the user's consent, and they are talking to you by voice. \
+                                     Ask them in one short question whether to run it, saying what it \
+                                     would do, and end your answer there. Only if their own next \
+                                     message says yes, call {} again with the same arguments",
+                                    call.name
+                                ),
+                                format!("{NOT_RUN}{shown} — asked aloud for consent\n{arguments}"),
+                            ),
+                            Aloud::NotYet => break 'ran not_run(
+                                "the user has not answered yet. Ask them in your answer, and call \
+                                 it again only after their own next message says yes",
+                                format!("{NOT_RUN}{shown} — not answered yet\n{arguments}"),
+                            ),
+                            Aloud::Failed(err) => break 'ran (
+                                ToolResult {
+                                    id: call.id.clone(),
+                                    content: format!("The tool could not be used: {err}"),
+                                    is_error: true,
+                                },
+                                format!("{NOT_RUN}{shown} — {err}\n{arguments}"),
+                                false,
+                            ),
                         }
+                    } else if !always {
                         if self.cancel.is_cancelled() {
                             return None;
                         }
@@ -774,6 +799,45 @@ impl ReplyJob {
         };
         self.note_call(call, line).await;
         Some((result, ran))
+    }
+
+    /// In the voice conversation, where no card can be shown: whether the user's own message
+    /// said yes to this very call (the question is then settled), or the question is asked now.
+    async fn asked_aloud(&self, tool: &crate::tools::Plugged, call: &ToolCall) -> Aloud {
+        let ask = ToolAsk {
+            name: call.name.clone(),
+            server: tool.server.clone(),
+            program: tool.program.clone(),
+            tool: tool.tool.clone(),
+            arguments: call.arguments.clone(),
+        };
+        let question = format!(
+            "Run {} of the {} server with {}?",
+            tool.tool,
+            tool.server,
+            crate::envelope::one_line(&capped_chars(
+                serde_json::to_string(&call.arguments).unwrap_or_default(),
+                ASKED_ARGUMENTS,
+            ))
+        );
+        let (store, chat) = (self.store.clone(), self.chat);
+        let answered = blocking(move || match store.confirmation_answered(chat)? {
+            Some((Pending::Tool(asked), answered)) if asked == ask => {
+                if answered {
+                    // Allowed once: a later call asks again.
+                    store.resolve_confirmation(chat, false)?;
+                    Ok(Aloud::Yes)
+                } else {
+                    Ok(Aloud::NotYet)
+                }
+            }
+            _ => store.ask_tool(chat, &ask, &question).map(|()| Aloud::Ask),
+        })
+        .await;
+        answered.unwrap_or_else(|err| {
+            tracing::warn!(%err, "a call's consent could not be asked aloud");
+            Aloud::Failed(err.to_string())
+        })
     }
 
     /// Keeps a tool call's action line in the chat, and tells the windows.
@@ -1058,6 +1122,21 @@ fn not_run(call: &ToolCall, why: &str, is_error: bool) -> ToolResult {
         is_error,
     }
 }
+
+/// Where a call needing consent stands in the voice conversation ([`ReplyJob::asked_aloud`]).
+enum Aloud {
+    /// The user's own message said yes to it: it runs.
+    Yes,
+    /// The question is asked now.
+    Ask,
+    /// Asked earlier in this reply: nobody has answered yet.
+    NotYet,
+    /// The question could not be kept (the database).
+    Failed(String),
+}
+
+/// How many characters of a call's arguments a question asked aloud shows the model.
+const ASKED_ARGUMENTS: usize = 400;
 
 /// Why a call to a tool the request did not offer is not run.
 const NOT_OFFERED: &str = "it was not offered in this request";

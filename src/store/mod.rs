@@ -19,7 +19,7 @@ mod search;
 mod summaries;
 mod tools;
 
-pub use confirmations::Pending;
+pub use confirmations::{Pending, ToolAsk};
 use records::record_from_row;
 pub use records::REMEMBERED;
 pub use replies::owner;
@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0011_question_mode.sql"),
     include_str!("../../migrations/0012_fact_origin_and_action_records.sql"),
     include_str!("../../migrations/0013_allowed_tools.sql"),
+    include_str!("../../migrations/0014_tool_confirmations.sql"),
 ];
 
 /// How long a running reply's lease lasts without renewal.
