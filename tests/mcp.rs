@@ -105,6 +105,102 @@ async fn the_everything_servers_echo_and_sum_answer_and_the_server_keeps_running
     assert_eq!(state(&servers, "everything"), ServerState::NotStarted);
 }
 
+/// The everything server running by itself, answering MCP's streamable HTTP on a port of its
+/// own (a random one; another is tried where that one is taken); stopped when dropped.
+async fn everything_over_http() -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt as _;
+    let everything = reference("mcp-server-everything");
+    for _ in 0..8 {
+        let port = fastrand::u16(20_000..32_000);
+        let mut child = tokio::process::Command::new(&everything)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the everything server runs");
+        let mut said = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let listening = tokio::time::timeout(LIMIT, async {
+            while let Ok(Some(line)) = said.next_line().await {
+                if line.contains("listening on port") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .expect("the everything server never said it listens");
+        if listening {
+            // (What it says later is its own log.)
+            tokio::spawn(async move { while let Ok(Some(_)) = said.next_line().await {} });
+            return (child, format!("http://127.0.0.1:{port}/mcp"));
+        }
+    }
+    panic!("the everything server found no free port in 8 tries")
+}
+
+fn at_url(name: &str, url: &str) -> McpServerSettings {
+    McpServerSettings {
+        name: name.into(),
+        url: url.into(),
+        ..McpServerSettings::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_at_a_url_is_spoken_to_over_streamable_http_and_one_not_there_is_named() {
+    let (_everything, url) = everything_over_http().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let lost = url.replace("/mcp", "/nothing");
+    let servers = servers(
+        vec![
+            at_url("web", &url),
+            at_url("gone", &nobody),
+            at_url("lost", &lost),
+        ],
+        30.0,
+    );
+    let tools = servers.tools("web").await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "echo"), "{tools:?}");
+    assert_eq!(
+        state(&servers, "web"),
+        ServerState::Running { tools: tools.len() }
+    );
+    let echoed = servers
+        .call("web", "echo", json!({"message": "over HTTP"}))
+        .await
+        .unwrap();
+    assert!(
+        echoed.text.contains("over HTTP") && !echoed.is_error,
+        "{echoed:?}"
+    );
+    let sum = servers
+        .call("web", "get-sum", json!({"a": 20, "b": 22}))
+        .await
+        .unwrap();
+    assert!(sum.text.contains("42"), "{sum:?}");
+
+    // Nobody there, and a page that is not MCP: each named, on one line.
+    for (name, why) in [("gone", "Connection refused"), ("lost", "404")] {
+        match servers.tools(name).await {
+            Err(McpError::Start { server, reason }) => {
+                assert_eq!(server, name);
+                assert!(
+                    reason.contains("the handshake with http://127.0.0.1:")
+                        && reason.contains(why)
+                        && !reason.contains('\n'),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    servers.stop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_filesystem_server_reads_a_file_in_its_folder_and_refuses_one_outside() {
     let dir = tempfile::tempdir().unwrap();
@@ -364,15 +460,55 @@ async fn jarvis_mcp_lists_the_servers_shows_a_servers_tools_and_calls_one() {
         err.contains("[[mcp.servers]] number 1 (broken): command is missing"),
         "{err}"
     );
-    // A name its tools could not be offered under.
+    // A name its tools could not be offered under; a url that is not one, or beside a program.
+    for (server, why) in [
+        (
+            "name = \"my files\"\ncommand = \"x\"",
+            "a server's name is 1 to 32 letters",
+        ),
+        (
+            "name = \"web\"\nurl = \"ftp://host/mcp\"",
+            "(web): url = \"ftp://host/mcp\" is not an http:// or https:// address",
+        ),
+        (
+            "name = \"web\"\ncommand = \"x\"\nurl = \"http://host/mcp\"",
+            "(web): command and url are both given",
+        ),
+        (
+            "name = \"web\"\nurl = \"http://host/mcp\"\nargs = [\"-v\"]",
+            "(web): args and env are for a program Jarvis runs",
+        ),
+    ] {
+        std::fs::write(
+            dir.path().join("settings.toml"),
+            format!("[[mcp.servers]]\n{server}\n"),
+        )
+        .unwrap();
+        let (code, _, err) = output(jarvis(&dir).args(["mcp", "list"])).await;
+        assert_ne!(code, 0);
+        assert!(err.contains(why), "{err}");
+    }
+    // A server at a url, reached from the command line.
+    let (_everything, url) = everything_over_http().await;
     std::fs::write(
         dir.path().join("settings.toml"),
-        "[[mcp.servers]]\nname = \"my files\"\ncommand = \"x\"\n",
+        format!("[[mcp.servers]]\nname = \"web\"\nurl = \"{url}\"\n"),
     )
     .unwrap();
-    let (code, _, err) = output(jarvis(&dir).args(["mcp", "list"])).await;
-    assert_ne!(code, 0);
-    assert!(err.contains("a server's name is 1 to 32 letters"), "{err}");
+    let (code, listed, err) = output(jarvis(&dir).args(["mcp", "list"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(listed.starts_with("web\trunning, "), "{listed}");
+    let (code, echoed, err) = output(jarvis(&dir).args([
+        "mcp",
+        "call",
+        "web",
+        "echo",
+        r#"{"message": "from the terminal"}"#,
+    ]))
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(echoed.contains("from the terminal"), "{echoed}");
+    assert!(err.is_empty(), "nothing logged: {err}");
 }
 
 // ---- The model's calls to the servers' tools, through the service, against the stub. ----

@@ -330,6 +330,11 @@ mod tests {
                 approve: Approve::Always,
                 ..McpServerSettings::default()
             },
+            McpServerSettings {
+                name: "web".into(),
+                url: "http://127.0.0.1:8931/mcp".into(),
+                ..McpServerSettings::default()
+            },
         ];
         let saved = write_settings(
             &path,
@@ -347,6 +352,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("old"), "{text}");
+        assert!(
+            text.contains("name = \"web\"\nurl = \"http://127.0.0.1:8931/mcp\"\napprove"),
+            "a server at a url has no command: {text}"
+        );
         // A server's own comments stay when only its approval changes; one removed goes.
         let text = std::fs::read_to_string(&path)
             .unwrap()
@@ -355,6 +364,7 @@ mod tests {
         let mut changed = servers.clone();
         changed[0].approve = Approve::Never;
         changed.remove(1);
+        changed.pop();
         let saved = write_settings(
             &path,
             &[(

@@ -549,7 +549,8 @@ impl Default for McpSettings {
     }
 }
 
-/// One MCP server: a program Jarvis runs and speaks to over its stdin and stdout.
+/// One MCP server: a program Jarvis runs and speaks to over its stdin and stdout, or a server
+/// already running that Jarvis speaks to over streamable HTTP at `url`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpServerSettings {
@@ -557,6 +558,10 @@ pub struct McpServerSettings {
     pub name: String,
     /// The program (found on `PATH` where it has no `/`).
     pub command: String,
+    /// Where a server that runs by itself answers MCP's streamable HTTP (`http://…` or
+    /// `https://…`), in place of a command.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub url: String,
     /// Its arguments.
     pub args: Vec<String>,
     /// Variables added to its environment (Jarvis's own API keys are never passed on).
@@ -666,10 +671,41 @@ impl Settings {
                     "{which}: the name {name:?} is taken by another server"
                 )));
             }
-            if server.command.trim().is_empty() {
-                return Err(malformed(format!(
-                    "{which} ({name}): command is missing: the program that runs the server"
-                )));
+            match (
+                server.command.trim().is_empty(),
+                server.url.trim().is_empty(),
+            ) {
+                (true, true) => {
+                    return Err(malformed(format!(
+                        "{which} ({name}): command is missing: the program that runs the server \
+                         (or url = \"http://…\" for one that runs by itself)"
+                    )))
+                }
+                (false, false) => {
+                    return Err(malformed(format!(
+                        "{which} ({name}): command and url are both given: a server is either a \
+                         program Jarvis runs or a url it speaks to, not both"
+                    )))
+                }
+                (true, false) => {
+                    let url = server.url.trim();
+                    let web = reqwest::Url::parse(url)
+                        .ok()
+                        .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+                    if web.is_none() {
+                        return Err(malformed(format!(
+                            "{which} ({name}): url = {url:?} is not an http:// or https:// address, \
+                             e.g. \"http://127.0.0.1:8931/mcp\""
+                        )));
+                    }
+                    if !server.args.is_empty() || !server.env.is_empty() {
+                        return Err(malformed(format!(
+                            "{which} ({name}): args and env are for a program Jarvis runs; a \
+                             server at a url runs by itself"
+                        )));
+                    }
+                }
+                (false, true) => {}
             }
         }
         Ok(settings)

@@ -29,6 +29,7 @@ fn updated_table(kept: &toml_edit::Table, server: &super::McpServerSettings) -> 
     let differs = |key: &str| match &was {
         Some(was) => match key {
             "command" => was.command != server.command,
+            "url" => was.url != server.url,
             "args" => was.args != server.args,
             "env" => was.env != server.env,
             "approve" => was.approve != server.approve,
@@ -36,7 +37,7 @@ fn updated_table(kept: &toml_edit::Table, server: &super::McpServerSettings) -> 
         },
         None => true,
     };
-    for key in ["command", "args", "env", "approve"] {
+    for key in ["command", "url", "args", "env", "approve"] {
         if !differs(key) {
             continue;
         }
@@ -55,14 +56,18 @@ fn updated_table(kept: &toml_edit::Table, server: &super::McpServerSettings) -> 
     table
 }
 
-/// One server as a `[[mcp.servers]]` table: its name, program, arguments, added environment
-/// (where there is any) and whether a call waits for the user.
+/// One server as a `[[mcp.servers]]` table: its name, program and arguments (or its url), added
+/// environment (where there is any) and whether a call waits for the user.
 fn server_table(server: &super::McpServerSettings) -> toml_edit::Table {
     let mut table = toml_edit::Table::new();
     table.insert("name", toml_edit::value(server.name.as_str()));
-    table.insert("command", toml_edit::value(server.command.as_str()));
-    let args: toml_edit::Array = server.args.iter().map(String::as_str).collect();
-    table.insert("args", toml_edit::value(args));
+    if server.url.trim().is_empty() {
+        table.insert("command", toml_edit::value(server.command.as_str()));
+        let args: toml_edit::Array = server.args.iter().map(String::as_str).collect();
+        table.insert("args", toml_edit::value(args));
+    } else {
+        table.insert("url", toml_edit::value(server.url.as_str()));
+    }
     if !server.env.is_empty() {
         let mut env = toml_edit::InlineTable::new();
         for (key, value) in &server.env {

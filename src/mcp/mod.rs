@@ -1,7 +1,8 @@
 //! Tools the user plugs in through the Model Context Protocol, on `rmcp` (the official Rust
 //! SDK). Each server in `[[mcp.servers]]` is a program Jarvis starts when it is first needed and
 //! speaks to over its stdin and stdout; it is kept running, started again on the next use after
-//! it died, and stopped with Jarvis. Every call is bounded: a timeout each (a server that never
+//! it died, and stopped with Jarvis. One that runs by itself is spoken to over streamable HTTP
+//! at its `url`, reached when first needed and again after its connection was lost. Every call is bounded: a timeout each (a server that never
 //! answers), and a server that cannot start, exits mid-call or answers garbage is an error with
 //! its reason — never a panic, never a hung caller.
 
@@ -485,7 +486,11 @@ impl Servers {
             err,
             ServiceError::TransportClosed | ServiceError::TransportSend(_)
         );
+        let at_url = self
+            .settings_of(server)
+            .is_ok_and(|s| !s.url.trim().is_empty());
         let reason = match err {
+            _ if exited && at_url => "its connection closed while it answered".to_string(),
             _ if exited => "it exited while answering".to_string(),
             ServiceError::McpError(e) => format!("it answered with an error: {}", e.message),
             other => other.to_string(),
@@ -582,6 +587,9 @@ impl Servers {
     }
 
     async fn start(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
+        if !settings.url.trim().is_empty() {
+            return self.reach(settings).await;
+        }
         let name = settings.name.trim().to_string();
         let command = settings.command.trim();
         let mut program = tokio::process::Command::new(command);
@@ -657,23 +665,125 @@ impl Servers {
             Ok(started) => started?,
             Err(_) => return Err(limit("the handshake and its tool list")),
         };
-        let tools = listed
-            .into_iter()
-            .map(|t| ToolInfo {
-                name: t.name.to_string(),
-                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-                input_schema: serde_json::Value::Object((*t.input_schema).clone()),
-                title: t.title.clone(),
-                annotations: serde_json::to_value(&t.annotations).unwrap_or_default(),
-            })
-            .collect();
         tracing::info!(server = %name, "MCP server started");
         Ok(Running {
             client,
-            tools,
+            tools: tools_of(listed),
             said,
         })
     }
+
+    /// A server that runs by itself at its `url`, spoken to over MCP's streamable HTTP: its
+    /// handshake and tool list, bounded as a program's are.
+    async fn reach(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
+        use rmcp::transport::streamable_http_client::{
+            StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+        };
+        let name = settings.name.trim().to_string();
+        let url = settings.url.trim();
+        let start_error = |reason: String| McpError::Start {
+            server: name.clone(),
+            reason,
+        };
+        let client = http_client().map_err(|err| start_error(format!("no HTTP client: {err}")))?;
+        let transport = StreamableHttpClientTransport::with_client(
+            client,
+            StreamableHttpClientTransportConfig::with_uri(url),
+        );
+        let started = tokio::time::timeout(self.start_timeout, async {
+            let client = ().serve(transport).await.map_err(|err| {
+                start_error(format!(
+                    "the handshake with {url} failed: {}",
+                    why_not(&err)
+                ))
+            })?;
+            let listed = client
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|err| McpError::Failed {
+                    server: name.clone(),
+                    what: "the tool list".into(),
+                    reason: err.to_string(),
+                })?;
+            Ok::<_, McpError>((client, listed))
+        })
+        .await;
+        let (client, listed) = match started {
+            Ok(started) => started?,
+            Err(_) => {
+                return Err(McpError::Timeout {
+                    server: name.clone(),
+                    what: format!("the handshake with {url} and its tool list"),
+                    secs: self.start_timeout.as_secs_f64(),
+                })
+            }
+        };
+        tracing::info!(server = %name, "MCP server reached");
+        Ok(Running {
+            client,
+            tools: tools_of(listed),
+            said: Said::default(),
+        })
+    }
+}
+
+/// The tools a server listed, as Jarvis keeps them.
+fn tools_of(listed: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
+    listed
+        .into_iter()
+        .map(|t| ToolInfo {
+            name: t.name.to_string(),
+            description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+            input_schema: serde_json::Value::Object((*t.input_schema).clone()),
+            title: t.title.clone(),
+            annotations: serde_json::to_value(&t.annotations).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Why a handshake over HTTP failed, as a person reads it: the first cause the transport met
+/// ("Connection refused (os error 111)", an HTTP status, a certificate refused), not the SDK's
+/// wrapping of it.
+fn why_not(err: &rmcp::service::ClientInitializeError) -> String {
+    match err {
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+            use rmcp::transport::streamable_http_client::StreamableHttpError;
+            let mut cause: &dyn std::error::Error = error.error.as_ref();
+            // (The SDK names the client's own error without making it the source.)
+            if let Some(StreamableHttpError::Client(client)) =
+                cause.downcast_ref::<StreamableHttpError<reqwest_mcp::Error>>()
+            {
+                cause = client;
+            }
+            while let Some(deeper) = cause.source() {
+                cause = deeper;
+            }
+            // One line: an error page's body follows its status.
+            let said = cause.to_string();
+            let first = said.lines().next().unwrap_or_default().trim();
+            first.chars().take(300).collect()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The HTTP client MCP's streamable HTTP goes through: rustls on ring, with the web's root
+/// certificates, as the backends' client has.
+fn http_client() -> Result<reqwest_mcp::Client, reqwest_mcp::Error> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
+    let mut builder = reqwest_mcp::Client::builder().connect_timeout(Duration::from_secs(10));
+    if let Ok(tls) = tls {
+        builder = builder.tls_backend_preconfigured(tls);
+    }
+    builder.build()
 }
 
 impl Servers {
@@ -697,6 +807,10 @@ impl Servers {
 /// The program a server runs, as the tools always allowed are kept with it: its command and
 /// arguments as a JSON array (a name pointed at another program is asked about again).
 pub fn program_of(settings: &McpServerSettings) -> String {
+    if !settings.url.trim().is_empty() {
+        // A server at a url is known by it.
+        return serde_json::to_string(&[settings.url.trim()]).unwrap_or_default();
+    }
     let mut words = vec![settings.command.trim().to_string()];
     words.extend(settings.args.iter().cloned());
     serde_json::to_string(&words).unwrap_or_default()

@@ -49,7 +49,8 @@ pub struct ToolView {
 pub struct ServerForm {
     /// Its name.
     pub name: String,
-    /// Its command line: the program and its arguments, quoted as a shell quotes them.
+    /// Its command line: the program and its arguments, quoted as a shell quotes them; or the
+    /// `http://…` address of a server that runs by itself.
     pub command: String,
     /// Whether a call to one of its tools waits for the user.
     pub approve: Approve,
@@ -74,7 +75,22 @@ impl ServerForm {
         if existing.iter().any(|s| s.name.trim() == name) {
             return Err(format!("a server is already named {name:?}"));
         }
-        let words = shlex::split(self.command.trim())
+        let line = self.command.trim();
+        if line.starts_with("http://") || line.starts_with("https://") {
+            let url = reqwest::Url::parse(line)
+                .ok()
+                .filter(|u| u.has_host() && !line.contains(char::is_whitespace))
+                .ok_or_else(|| {
+                    format!("{line:?} is not an address (e.g. http://127.0.0.1:8931/mcp)")
+                })?;
+            return Ok(McpServerSettings {
+                name: name.to_string(),
+                url: url.as_str().to_string(),
+                approve: self.approve,
+                ..McpServerSettings::default()
+            });
+        }
+        let words = shlex::split(line)
             .ok_or_else(|| "the command line has an unclosed quote".to_string())?;
         let Some((command, args)) = words.split_first() else {
             return Err("the server needs a command (e.g. npx -y @modelcontextprotocol/server-filesystem ~/Documents)".into());
@@ -89,8 +105,11 @@ impl ServerForm {
     }
 }
 
-/// A server's command line, quoted where a word needs it.
+/// A server's command line, quoted where a word needs it (its address, for one at a url).
 fn command_line(server: &McpServerSettings) -> String {
+    if !server.url.trim().is_empty() {
+        return server.url.trim().to_string();
+    }
     std::iter::once(&server.command)
         .chain(&server.args)
         .map(|word| {
@@ -284,9 +303,20 @@ mod tests {
             ("files", "npx x", "already named"),
             ("other", "  ", "needs a command"),
             ("other", "npx 'open", "unclosed quote"),
+            ("other", "http://", "not an address"),
+            ("other", "https://example.com/mcp extra", "not an address"),
         ] {
             let err = form(name, command).server(&taken).unwrap_err();
             assert!(err.contains(why), "{name:?} {command:?}: {err}");
         }
+        // A server that runs by itself is added by its address.
+        let web = form("web", " http://127.0.0.1:8931/mcp ")
+            .server(&taken)
+            .unwrap();
+        assert_eq!(
+            (web.url.as_str(), web.command.as_str(), web.args.len()),
+            ("http://127.0.0.1:8931/mcp", "", 0)
+        );
+        assert_eq!(command_line(&web), "http://127.0.0.1:8931/mcp");
     }
 }

@@ -29,10 +29,10 @@ pub mod wake;
 
 use thiserror::Error;
 
-/// Log directives that keep ordinary audio events out of the default log: the PulseAudio
-/// client's reactor reports every normal disconnect (a device list read, a microphone closed)
-/// as an error.
-pub const QUIET_LOGS: &str = "pulseaudio::client::reactor=off";
+/// Log directives that keep ordinary events out of the default log: the PulseAudio client's
+/// reactor reports every normal disconnect (a device list read, a microphone closed) as an
+/// error, and the MCP SDK's HTTP worker each server it cannot reach (Jarvis says why itself).
+pub const QUIET_LOGS: &str = "pulseaudio::client::reactor=off,rmcp::transport::worker=off";
 
 pub use audio::{AudioSink, AudioSource, Capture, Clip, Feed, FeedSource, Recorder, WavSource};
 pub use heard::{classify, Heard, HeardContext};

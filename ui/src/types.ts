@@ -602,7 +602,10 @@ export type ToolsView = {
 export type ServerForm = {
   /** Its name. */
   name: string,
-  /** Its command line: the program and its arguments, quoted as a shell quotes them. */
+  /**
+   * Its command line: the program and its arguments, quoted as a shell quotes them; or the
+   * `http://…` address of a server that runs by itself.
+   */
   command: string,
   /** Whether a call to one of its tools waits for the user. */
   approve: Approve,
