@@ -347,6 +347,43 @@ async fn a_server_that_never_shakes_hands_or_says_why_it_cannot_start_is_named_w
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_says_its_tools_changed_has_them_listed_again_before_the_next_use() {
+    let servers = servers(vec![misbehaving("grows", "grows")], 30.0);
+    let names = |tools: Vec<jarvis::mcp::ToolInfo>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name).collect()
+    };
+    assert_eq!(names(servers.tools("grows").await.unwrap()), ["work"]);
+    let more = servers.call("grows", "more", json!({})).await;
+    assert!(
+        matches!(&more, Err(McpError::NoTool { .. })),
+        "not offered yet: {more:?}"
+    );
+    // The call adds a tool, and the server says so.
+    assert_eq!(
+        servers.call("grows", "work", json!({})).await.unwrap().text,
+        "worked"
+    );
+    let listed = tokio::time::timeout(LIMIT, async {
+        loop {
+            let now = names(servers.tools("grows").await.unwrap());
+            if now.len() > 1 {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the new tool was never listed");
+    assert_eq!(listed, ["work", "more"]);
+    assert_eq!(state(&servers, "grows"), ServerState::Running { tools: 2 });
+    assert_eq!(
+        servers.call("grows", "more", json!({})).await.unwrap().text,
+        "more worked"
+    );
+    servers.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_died_between_calls_is_seen_gone_and_the_next_call_starts_it_again() {
     let marker = tempfile::tempdir().unwrap();
     let first_run = marker.path().join("started-once").display().to_string();

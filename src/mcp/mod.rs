@@ -125,13 +125,66 @@ pub enum ServerState {
 }
 
 struct Running {
-    client: RunningService<RoleClient, ()>,
-    tools: Vec<ToolInfo>,
+    client: RunningService<RoleClient, Watch>,
+    /// Its tools, as last listed.
+    tools: std::sync::Mutex<Vec<ToolInfo>>,
+    /// Set when it says its tools changed: they are listed again before the next use.
+    changed: Arc<AtomicBool>,
     /// The last of what it wrote to stderr (its own log), for the reason when it fails.
     said: Said,
 }
 
+/// The client's side of a server's notifications: `notifications/tools/list_changed` marks its
+/// tools to be listed again (a server adds or removes tools as it goes).
+#[derive(Clone, Default)]
+struct Watch {
+    changed: Arc<AtomicBool>,
+}
+
+impl rmcp::ClientHandler for Watch {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.changed.store(true, Ordering::SeqCst);
+        std::future::ready(())
+    }
+}
+
 impl Running {
+    fn new(client: RunningService<RoleClient, Watch>, tools: Vec<ToolInfo>, said: Said) -> Running {
+        let changed = client.service().changed.clone();
+        Running {
+            client,
+            tools: std::sync::Mutex::new(tools),
+            changed,
+            said,
+        }
+    }
+
+    /// Its tools as last listed.
+    fn tools(&self) -> Vec<ToolInfo> {
+        self.tools.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Its tools, listed again first where it said they changed since (bounded by `limit`; the
+    /// list it gave before where that fails).
+    async fn current_tools(&self, server: &str, limit: Duration) -> Vec<ToolInfo> {
+        if self.changed.swap(false, Ordering::SeqCst) {
+            match tokio::time::timeout(limit, self.client.peer().list_all_tools()).await {
+                Ok(Ok(listed)) => {
+                    tracing::debug!(%server, tools = listed.len(), "its tools changed");
+                    *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = tools_of(listed);
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(%server, %err, "its tools changed, but could not be listed again");
+                }
+                Err(_) => tracing::warn!(%server, "its tools changed, but listing them timed out"),
+            }
+        }
+        self.tools()
+    }
+
     /// Whether it still answers: neither stopped nor gone (a server that exited closes its
     /// transport, which the service itself does not count as closed).
     fn alive(&self) -> bool {
@@ -339,7 +392,7 @@ impl Servers {
                     Some(Err(_)) => ServerState::Starting,
                     Some(Ok(running)) => match (running.as_ref(), failed.get(&name)) {
                         (Some(r), _) if r.alive() => ServerState::Running {
-                            tools: r.tools.len(),
+                            tools: r.tools().len(),
                         },
                         (_, Some(failure)) => ServerState::Failed {
                             reason: failure.error.to_string(),
@@ -392,12 +445,13 @@ impl Servers {
     pub fn tools_now(&self, server: &str) -> Option<Vec<ToolInfo>> {
         let slot = self.slots.get(server.trim())?;
         let held = slot.try_lock().ok()?;
-        held.as_ref().filter(|r| r.alive()).map(|r| r.tools.clone())
+        held.as_ref().filter(|r| r.alive()).map(|r| r.tools())
     }
 
     /// The tools `server` offers, starting it if it is not running.
     pub async fn tools(&self, server: &str) -> Result<Vec<ToolInfo>, McpError> {
-        Ok(self.running(server).await?.tools.clone())
+        let running = self.running(server).await?;
+        Ok(running.current_tools(server, self.timeout).await)
     }
 
     /// Calls `tool` of `server` with `arguments` (a JSON object; null for none), starting the
@@ -415,7 +469,8 @@ impl Servers {
             other => return Err(McpError::Arguments(format!("got {other}"))),
         };
         let running = self.running(server).await?;
-        if !running.tools.iter().any(|t| t.name == tool) {
+        let tools = running.current_tools(server, self.timeout).await;
+        if !tools.iter().any(|t| t.name == tool) {
             return Err(McpError::NoTool {
                 server: server.to_string(),
                 tool: tool.to_string(),
@@ -640,7 +695,7 @@ impl Servers {
         };
         // One deadline for the handshake and the tool list together.
         let started = tokio::time::timeout(self.start_timeout, async {
-            let client = match ().serve(transport).await {
+            let client = match Watch::default().serve(transport).await {
                 Ok(client) => client,
                 Err(err) => {
                     said_all(reader).await;
@@ -666,11 +721,7 @@ impl Servers {
             Err(_) => return Err(limit("the handshake and its tool list")),
         };
         tracing::info!(server = %name, "MCP server started");
-        Ok(Running {
-            client,
-            tools: tools_of(listed),
-            said,
-        })
+        Ok(Running::new(client, tools_of(listed), said))
     }
 
     /// A server that runs by itself at its `url`, spoken to over MCP's streamable HTTP: its
@@ -691,7 +742,7 @@ impl Servers {
             StreamableHttpClientTransportConfig::with_uri(url),
         );
         let started = tokio::time::timeout(self.start_timeout, async {
-            let client = ().serve(transport).await.map_err(|err| {
+            let client = Watch::default().serve(transport).await.map_err(|err| {
                 start_error(format!(
                     "the handshake with {url} failed: {}",
                     why_not(&err)
@@ -720,11 +771,7 @@ impl Servers {
             }
         };
         tracing::info!(server = %name, "MCP server reached");
-        Ok(Running {
-            client,
-            tools: tools_of(listed),
-            said: Said::default(),
-        })
+        Ok(Running::new(client, tools_of(listed), Said::default()))
     }
 }
 
