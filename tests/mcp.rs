@@ -384,6 +384,77 @@ async fn a_server_that_says_its_tools_changed_has_them_listed_again_before_the_n
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_server_added_beside_running_ones_leaves_them_running_and_only_a_changed_one_starts_anew()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("settings.toml");
+    let script = servers_dir().join("misbehaving.py").display().to_string();
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp.servers]]\nname = \"kept\"\ncommand = \"python3\"\nargs = [{script:?}, \"fine\"]\n\n\
+             [[mcp.servers]]\nname = \"changed\"\ncommand = \"python3\"\nargs = [{script:?}, \"fine\"]\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let env: jarvis::session::Env = std::sync::Arc::new(move |name: &str| match name {
+        "JARVIS_KEYRING" => Some("off".into()),
+        "JARVIS_CONFIG" => Some(config.display().to_string()),
+        "JARVIS_DATA_DIR" => Some(data.display().to_string()),
+        "JARVIS_MODEL_SERVERS" => Some(String::new()),
+        _ => None,
+    });
+    let session = jarvis::session::Session::open(env, jarvis::session::device_parts()).unwrap();
+    let states = |view: &jarvis::session::tools::ToolsView| -> Vec<(String, ServerState)> {
+        view.servers
+            .iter()
+            .map(|s| (s.name.clone(), s.state.clone()))
+            .collect()
+    };
+    // Both started with the session.
+    let running = ServerState::Running { tools: 1 };
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            let view = session.tools_view().await.unwrap();
+            if states(&view).iter().all(|(_, s)| *s == running) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the servers never started");
+
+    let view = session
+        .add_tool_server(jarvis::session::tools::ServerForm {
+            name: "added".into(),
+            command: format!("python3 {script} fine"),
+            approve: Approve::Ask,
+        })
+        .await
+        .unwrap();
+    let now = states(&view);
+    assert_eq!(now[0], ("kept".to_string(), running.clone()), "{now:?}");
+    assert_eq!(now[1], ("changed".to_string(), running.clone()), "{now:?}");
+    assert_ne!(now[2].1, running, "the new one starts: {now:?}");
+
+    // A server whose program changes starts anew; the others go on.
+    let text = std::fs::read_to_string(dir.path().join("settings.toml")).unwrap();
+    let changed =
+        text.replacen("\"fine\"]", "\"grows\"]", 2)
+            .replacen("\"grows\"]", "\"fine\"]", 1);
+    assert_ne!(text, changed);
+    std::fs::write(dir.path().join("settings.toml"), changed).unwrap();
+    let view = session.remove_tool_server("added".into()).await.unwrap();
+    let now = states(&view);
+    assert_eq!(now.len(), 2);
+    assert_eq!(now[0], ("kept".to_string(), running.clone()), "{now:?}");
+    assert_ne!(now[1].1, running, "its program changed: {now:?}");
+    session.stop_tools().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_died_between_calls_is_seen_gone_and_the_next_call_starts_it_again() {
     let marker = tempfile::tempdir().unwrap();
     let first_run = marker.path().join("started-once").display().to_string();

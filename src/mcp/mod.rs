@@ -309,6 +309,43 @@ impl Servers {
         }
     }
 
+    /// The servers `settings` names, taking over from `old` each that runs the same program
+    /// (its name, command or url, arguments and environment): one running goes on running, with
+    /// its tools and a call in flight, and only those added or changed start anew. (The old
+    /// servers' others stop once their last holder lets go.)
+    pub fn succeeding(old: &Servers, settings: &McpSettings) -> Servers {
+        let mut new = Servers::new(settings);
+        let same = |a: &McpServerSettings, b: &McpServerSettings| {
+            McpServerSettings {
+                approve: crate::config::Approve::default(),
+                ..a.clone()
+            } == McpServerSettings {
+                approve: crate::config::Approve::default(),
+                ..b.clone()
+            }
+        };
+        let failed = old.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for server in &settings.servers {
+            let name = server.name.trim();
+            let Ok(was) = old.settings_of(name) else {
+                continue;
+            };
+            if !same(was, server) {
+                continue;
+            }
+            if let (Some(slot), Some(kept)) = (old.slots.get(name), new.slots.get_mut(name)) {
+                *kept = slot.clone();
+            }
+            if let Some(failure) = failed.get(name) {
+                new.failed
+                    .get_mut()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.to_string(), failure.clone());
+            }
+        }
+        new
+    }
+
     /// The servers `settings` names, shared, or none where it names none.
     pub fn of(settings: &McpSettings) -> Option<Arc<Servers>> {
         (!settings.servers.is_empty()).then(|| Arc::new(Servers::new(settings)))

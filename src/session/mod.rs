@@ -263,8 +263,9 @@ impl Session {
     }
 
     /// The service's options for `settings`, with the MCP servers in force: the same servers
-    /// while `[mcp]` runs the same ones (a changed approval put in force), new ones (the old
-    /// stopping once their last call ends) when it does not.
+    /// while `[mcp]` runs the same ones (a changed approval put in force), new ones when it does
+    /// not — each server whose program is unchanged carried over running, the others (the old
+    /// stopping once their last call ends) started anew.
     fn options_for(&self, settings: &Settings) -> ServiceOptions {
         let mut mcp = self.mcp.lock().unwrap_or_else(|p| p.into_inner());
         let same = match &*mcp {
@@ -277,7 +278,13 @@ impl Session {
                 servers.set_approvals(&settings.mcp);
             }
         } else {
-            let new = crate::mcp::Servers::of(&settings.mcp);
+            // Those that run the same program go on; the others start anew.
+            let new = match &*mcp {
+                Some(old) if !settings.mcp.servers.is_empty() => Some(Arc::new(
+                    crate::mcp::Servers::succeeding(old, &settings.mcp),
+                )),
+                _ => crate::mcp::Servers::of(&settings.mcp),
+            };
             if let Some(old) = std::mem::replace(&mut *mcp, new) {
                 let mut retired = self.retired_mcp.lock().unwrap_or_else(|p| p.into_inner());
                 retired.retain(|servers| servers.strong_count() > 0);
