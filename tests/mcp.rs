@@ -150,7 +150,7 @@ fn at_url(name: &str, url: &str) -> McpServerSettings {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_at_a_url_is_spoken_to_over_streamable_http_and_one_not_there_is_named() {
-    let (_everything, url) = everything_over_http().await;
+    let (mut everything, url) = everything_over_http().await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nobody = format!("http://{}/mcp", closed.local_addr().unwrap());
     drop(closed);
@@ -197,6 +197,19 @@ async fn a_server_at_a_url_is_spoken_to_over_streamable_http_and_one_not_there_i
             }
             other => panic!("{other:?}"),
         }
+    }
+    // Gone after it answered: the next call says why, on one line.
+    everything.kill().await.unwrap();
+    match servers
+        .call("web", "echo", json!({"message": "anyone?"}))
+        .await
+    {
+        Err(McpError::Failed { reason, .. }) => assert!(
+            reason.contains("it could not be reached: Connection refused")
+                && !reason.contains('\n'),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
     }
     servers.stop_all().await;
 }
@@ -585,6 +598,10 @@ async fn jarvis_mcp_lists_the_servers_shows_a_servers_tools_and_calls_one() {
         (
             "name = \"web\"\nurl = \"http://host/mcp\"\nargs = [\"-v\"]",
             "(web): args and env are for a program Jarvis runs",
+        ),
+        (
+            "name = \"web\"\nurl = \"https://ada:secret@host/mcp\"",
+            "(web): the url holds a user name or password",
         ),
     ] {
         std::fs::write(
@@ -1140,6 +1157,11 @@ async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the
     // 6: a yes answers only the call asked: another file is asked about first.
     stub.push(Script::text("").tool_call("c6", "files__read_text_file", &other));
     stub.push(Script::text("Shall I read other.txt instead?"));
+    // 7: a yes, then text from outside read (a tool that runs unasked) before the call: not
+    // run, asked again.
+    stub.push(Script::text("").tool_call("c7", "free__work", "{}"));
+    stub.push(Script::text("").tool_call("c8", "files__read_text_file", &other));
+    stub.push(Script::text("Shall I?"));
     let dir = Dir::new();
     let filesystem = reference("mcp-server-filesystem");
     let folder_arg = folder.path().display().to_string();
@@ -1147,7 +1169,13 @@ async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the
         &dir,
         &stub,
         BackendKind::Anthropic,
-        mcp(vec![server("files", &filesystem, &[&folder_arg])], 30.0),
+        mcp(
+            vec![
+                server("files", &filesystem, &[&folder_arg]),
+                approving(misbehaving("free", "fine"), Approve::Always),
+            ],
+            30.0,
+        ),
     );
     // Typed into the orb: the voice conversation, which shows no action card.
     service.voice_ask("What is in plans.txt?").await.unwrap();
@@ -1180,12 +1208,18 @@ async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the
     voice_settled(&service).await;
     let received = stub.received();
     assert_eq!(received.len(), 5);
+    let question = format!(
+        "Shall I use read_text_file of your files server, with path {}?",
+        secret.display()
+    );
+    assert!(
+        asked[0].contains(&format!("in these words: \"{question}\"")),
+        "the model is given Jarvis's own words for the call: {asked:?}"
+    );
     let said = last_user_text(&received[3].body);
     assert!(
         said.contains(&format!(
-            "Waiting for the user to confirm: Run read_text_file of the files server with {}? (if this message says yes to it, call files__read_text_file again with the same arguments; otherwise it is not run)",
-            serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&call).unwrap())
-                .unwrap()
+            "Waiting for the user to confirm: {question} (if this message says yes to it, call files__read_text_file again with the same arguments; otherwise it is not run)"
         )) && said.ends_with("Yes, go ahead."),
         "{said}"
     );
@@ -1227,6 +1261,19 @@ async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the
         "{asked:?}"
     );
 
+    service.voice_ask("Yes.").await.unwrap();
+    voice_settled(&service).await;
+    let received = stub.received();
+    assert_eq!(received.len(), 15);
+    let refused = tool_results(&received[14].body);
+    assert!(
+        refused
+            .last()
+            .unwrap()
+            .contains("has read text from outside (a tool's result) since the user spoke"),
+        "{refused:?}"
+    );
+
     let chat = service.voice_status().borrow().chat.unwrap();
     let lines = action_lines(&service, chat);
     let heads: Vec<&str> = lines.iter().map(|l| l.lines().next().unwrap()).collect();
@@ -1239,6 +1286,50 @@ async fn in_the_voice_conversation_a_call_is_asked_aloud_and_runs_only_after_the
             "Not run: files · read_text_file — asked aloud for consent",
             "Not run: files · read_text_file — asked aloud for consent",
             "Not run: files · read_text_file — asked aloud for consent",
+            "Used free · work",
+            "Not run: files · read_text_file — asked aloud again",
         ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_asked_aloud_by_a_reply_that_was_stopped_is_not_answered_by_the_next_words() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("c1", "asks__work", "{}"));
+    let gate = stub.gate();
+    stub.push(
+        Script::text("Shall I do the work?")
+            .deltas_of(2)
+            .held_after(1, &gate),
+    );
+    stub.push(Script::text("").tool_call("c2", "asks__work", "{}"));
+    stub.push(Script::text("Shall I?"));
+    let dir = Dir::new();
+    let service = service_with_tools(
+        &dir,
+        &stub,
+        BackendKind::Anthropic,
+        mcp(vec![misbehaving("asks", "fine")], 30.0),
+    );
+    service.voice_ask("Do some work.").await.unwrap();
+    reached(&gate).await;
+    // Stopped before the question was heard.
+    assert!(service.voice_stop().await.unwrap());
+    voice_settled(&service).await;
+    service.voice_ask("Yes.").await.unwrap();
+    voice_settled(&service).await;
+    let received = stub.received();
+    assert_eq!(received.len(), 4);
+    assert!(
+        !last_user_text(&received[2].body).contains("Waiting for the user to confirm"),
+        "the question lapsed with the stop"
+    );
+    let results = tool_results(&received[3].body);
+    assert!(
+        results
+            .last()
+            .unwrap()
+            .contains("asks__work was not run: it needs the user's consent"),
+        "{results:?}"
     );
 }

@@ -692,10 +692,17 @@ impl Settings {
                     let web = reqwest::Url::parse(url)
                         .ok()
                         .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
-                    if web.is_none() {
+                    let Some(web) = web else {
                         return Err(malformed(format!(
                             "{which} ({name}): url = {url:?} is not an http:// or https:// address, \
                              e.g. \"http://127.0.0.1:8931/mcp\""
+                        )));
+                    };
+                    if !web.username().is_empty() || web.password().is_some() {
+                        return Err(malformed(format!(
+                            "{which} ({name}): the url holds a user name or password, which would \
+                             be shown and kept wherever the server is named: give the server its \
+                             credentials another way"
                         )));
                     }
                     if !server.args.is_empty() || !server.env.is_empty() {

@@ -582,6 +582,9 @@ impl Servers {
             .settings_of(server)
             .is_ok_and(|s| !s.url.trim().is_empty());
         let reason = match err {
+            ServiceError::TransportSend(error) if at_url => {
+                format!("it could not be reached: {}", first_cause(error))
+            }
             _ if exited && at_url => "its connection closed while it answered".to_string(),
             _ if exited => "it exited while answering".to_string(),
             ServiceError::McpError(e) => format!("it answered with an error: {}", e.message),
@@ -769,6 +772,7 @@ impl Servers {
         };
         let name = settings.name.trim().to_string();
         let url = settings.url.trim();
+        let shown = shown_url(url);
         let start_error = |reason: String| McpError::Start {
             server: name.clone(),
             reason,
@@ -781,7 +785,7 @@ impl Servers {
         let started = tokio::time::timeout(self.start_timeout, async {
             let client = Watch::default().serve(transport).await.map_err(|err| {
                 start_error(format!(
-                    "the handshake with {url} failed: {}",
+                    "the handshake with {shown} failed: {}",
                     why_not(&err)
                 ))
             })?;
@@ -802,7 +806,7 @@ impl Servers {
             Err(_) => {
                 return Err(McpError::Timeout {
                     server: name.clone(),
-                    what: format!("the handshake with {url} and its tool list"),
+                    what: format!("the handshake with {shown} and its tool list"),
                     secs: self.start_timeout.as_secs_f64(),
                 })
             }
@@ -826,35 +830,40 @@ fn tools_of(listed: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
         .collect()
 }
 
-/// Why a handshake over HTTP failed, as a person reads it: the first cause the transport met
-/// ("Connection refused (os error 111)", an HTTP status, a certificate refused), not the SDK's
-/// wrapping of it.
+/// Why a handshake over HTTP failed, as a person reads it ([`first_cause`]).
 fn why_not(err: &rmcp::service::ClientInitializeError) -> String {
     match err {
-        rmcp::service::ClientInitializeError::TransportError { error, .. } => {
-            use rmcp::transport::streamable_http_client::StreamableHttpError;
-            let mut cause: &dyn std::error::Error = error.error.as_ref();
-            // (The SDK names the client's own error without making it the source.)
-            if let Some(StreamableHttpError::Client(client)) =
-                cause.downcast_ref::<StreamableHttpError<reqwest_mcp::Error>>()
-            {
-                cause = client;
-            }
-            while let Some(deeper) = cause.source() {
-                cause = deeper;
-            }
-            // One line: an error page's body follows its status.
-            let said = cause.to_string();
-            let first = said.lines().next().unwrap_or_default().trim();
-            first.chars().take(300).collect()
-        }
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => first_cause(error),
         other => other.to_string(),
     }
 }
 
+/// The first cause a transport met ("Connection refused (os error 111)", an HTTP status, a
+/// certificate refused), on one line, not the SDK's wrapping of it.
+fn first_cause(error: &rmcp::transport::DynamicTransportError) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut cause: &dyn std::error::Error = error.error.as_ref();
+    // (The SDK names the client's own error without making it the source.)
+    if let Some(StreamableHttpError::Client(client)) =
+        cause.downcast_ref::<StreamableHttpError<reqwest_mcp::Error>>()
+    {
+        cause = client;
+    }
+    while let Some(deeper) = cause.source() {
+        cause = deeper;
+    }
+    // One line: an error page's body follows its status.
+    let said = cause.to_string();
+    let first = said.lines().next().unwrap_or_default().trim();
+    first.chars().take(300).collect()
+}
+
 /// The HTTP client MCP's streamable HTTP goes through: rustls on ring, with the web's root
-/// certificates, as the backends' client has.
-fn http_client() -> Result<reqwest_mcp::Client, reqwest_mcp::Error> {
+/// certificates, as the backends' client has; set up as the SDK's own client is — no idle
+/// connections kept (a reused one can stall on delayed ACKs), and only a redirect that keeps
+/// the message and the server (a 307 or 308 to the same origin) followed: a 301–303 would turn
+/// the POST into a GET and lose it, and another origin would be handed the session.
+fn http_client() -> Result<reqwest_mcp::Client, String> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -862,12 +871,34 @@ fn http_client() -> Result<reqwest_mcp::Client, reqwest_mcp::Error> {
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
-    let mut builder = reqwest_mcp::Client::builder().connect_timeout(Duration::from_secs(10));
-    if let Ok(tls) = tls {
-        builder = builder.tls_backend_preconfigured(tls);
-    }
-    builder.build()
+    .map_err(|err| err.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let redirects = reqwest_mcp::redirect::Policy::custom(|attempt| {
+        let keeps_the_message = matches!(
+            attempt.status(),
+            reqwest_mcp::StatusCode::TEMPORARY_REDIRECT
+                | reqwest_mcp::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_the_message || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest_mcp::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(0)
+        .redirect(redirects)
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|err| err.to_string())
 }
 
 impl Servers {
@@ -892,12 +923,22 @@ impl Servers {
 /// arguments as a JSON array (a name pointed at another program is asked about again).
 pub fn program_of(settings: &McpServerSettings) -> String {
     if !settings.url.trim().is_empty() {
-        // A server at a url is known by it.
-        return serde_json::to_string(&[settings.url.trim()]).unwrap_or_default();
+        // A server at a url is known by it (not by a token in its query).
+        return serde_json::to_string(&[shown_url(&settings.url)]).unwrap_or_default();
     }
     let mut words = vec![settings.command.trim().to_string()];
     words.extend(settings.args.iter().cloned());
     serde_json::to_string(&words).unwrap_or_default()
+}
+
+/// A server's url as it is shown and kept: without its query or fragment, which may carry a
+/// token ("http://host/mcp?…").
+pub fn shown_url(url: &str) -> String {
+    let url = url.trim();
+    match url.find(['?', '#']) {
+        Some(at) => format!("{}?…", &url[..at]),
+        None => url.to_string(),
+    }
 }
 
 /// A tool as `jarvis mcp tools` lists it: `NAME<TAB>its description's first line<TAB>its

@@ -168,7 +168,7 @@ impl ReplyJob {
         });
         // A question Jarvis asked before this reply: the user's message answers it. If the
         // reply is answered without the model confirming (forget_fact with confirm), the ask
-        // lapses; a reply that fails resolves nothing.
+        // lapses; a reply that fails resolves nothing (but a question it asked itself lapses).
         let asked_before = {
             let (store, chat) = (self.store.clone(), self.chat);
             blocking(move || store.confirmation_asked_at(chat))
@@ -218,11 +218,19 @@ impl ReplyJob {
                 }
             }
         };
-        if let (Some(asked), ReplyState::Done) = (asked_before, outcome.state) {
-            let (store, chat) = (self.store.clone(), self.chat);
+        if asked_before.is_some() || outcome.state != ReplyState::Done {
+            let (store, chat, done) = (self.store.clone(), self.chat, outcome.state);
             let lapsed = blocking(move || {
-                // (Asked again during this reply: that new question stands.)
-                if store.confirmation_asked_at(chat)? == Some(asked) {
+                let now = store.confirmation_asked_at(chat)?;
+                // Answered by this reply: the question lapses, whatever it said (asked again
+                // during this reply: that new question stands). Asked by a reply that did not
+                // end well (stopped, failed): the user may never have heard it, and their next
+                // words are not its answer.
+                let lapses = match done {
+                    ReplyState::Done => now.is_some() && now == asked_before,
+                    _ => now.is_some() && now != asked_before,
+                };
+                if lapses {
                     store.resolve_confirmation(chat, false)?;
                 }
                 Ok(())
@@ -514,7 +522,7 @@ impl ReplyJob {
                         }
                         // The backend waits for no tool.
                         permit = None;
-                        match self.call_plugged(tool, call).await {
+                        match self.call_plugged(tool, call, turn.read_outside).await {
                             Some((result, ran)) => {
                                 read_plugged |= ran;
                                 answered_before[n] = Some(result);
@@ -652,6 +660,7 @@ impl ReplyJob {
         &self,
         tool: &crate::tools::Plugged,
         call: &ToolCall,
+        read_outside: bool,
     ) -> Option<(ToolResult, bool)> {
         use crate::config::Approve;
         let servers = self.options.mcp.clone()?;
@@ -685,17 +694,25 @@ impl ReplyJob {
                     {
                         // ADR 0159: the orb shows no card, so the question is spoken, and only
                         // the user's own next message can allow the call.
-                        match self.asked_aloud(tool, call).await {
+                        match self.asked_aloud(tool, call, read_outside).await {
                             Aloud::Yes => {}
-                            Aloud::Ask => break 'ran not_run(
+                            Aloud::Ask(question) => break 'ran not_run(
                                 &format!(
                                     "it needs the user's consent, and they are talking to you by voice. \
-                                     Ask them in one short question whether to run it, saying what it \
-                                     would do, and end your answer there. Only if their own next \
-                                     message says yes, call {} again with the same arguments",
+                                     Ask them in your answer, in these words: \"{question}\" and end \
+                                     your answer there. Only if their own next message says yes, call \
+                                     {} again with the same arguments",
                                     call.name
                                 ),
                                 format!("{NOT_RUN}{shown} — asked aloud for consent\n{arguments}"),
+                            ),
+                            Aloud::ReadSince(question) => break 'ran not_run(
+                                &format!(
+                                    "this answer has read text from outside (a tool's result) since \
+                                     the user spoke, and their yes counts only before that. Ask them \
+                                     again, in these words: \"{question}\" and end your answer there"
+                                ),
+                                format!("{NOT_RUN}{shown} — asked aloud again\n{arguments}"),
                             ),
                             Aloud::NotYet => break 'ran not_run(
                                 "the user has not answered yet. Ask them in your answer, and call \
@@ -803,7 +820,14 @@ impl ReplyJob {
 
     /// In the voice conversation, where no card can be shown: whether the user's own message
     /// said yes to this very call (the question is then settled), or the question is asked now.
-    async fn asked_aloud(&self, tool: &crate::tools::Plugged, call: &ToolCall) -> Aloud {
+    /// A yes counts only while this reply has read nothing from outside (`read_outside`): a
+    /// tool's result cannot say it for the user.
+    async fn asked_aloud(
+        &self,
+        tool: &crate::tools::Plugged,
+        call: &ToolCall,
+        read_outside: bool,
+    ) -> Aloud {
         let ask = ToolAsk {
             name: call.name.clone(),
             server: tool.server.clone(),
@@ -811,17 +835,19 @@ impl ReplyJob {
             tool: tool.tool.clone(),
             arguments: call.arguments.clone(),
         };
-        let question = format!(
-            "Run {} of the {} server with {}?",
+        // Jarvis's own words for the call, which the model is told to say: the user says yes to
+        // what the call does, not to the model's account of it.
+        let question = crate::envelope::one_line(&format!(
+            "Shall I use {} of your {} server{}?",
             tool.tool,
             tool.server,
-            crate::envelope::one_line(&capped_chars(
-                serde_json::to_string(&call.arguments).unwrap_or_default(),
-                ASKED_ARGUMENTS,
-            ))
-        );
+            spoken_arguments(&call.arguments)
+        ));
         let (store, chat) = (self.store.clone(), self.chat);
         let answered = blocking(move || match store.confirmation_answered(chat)? {
+            Some((Pending::Tool(asked), true)) if asked == ask && read_outside => store
+                .ask_tool(chat, &ask, &question)
+                .map(|()| Aloud::ReadSince(question)),
             Some((Pending::Tool(asked), answered)) if asked == ask => {
                 if answered {
                     // Allowed once: a later call asks again.
@@ -831,7 +857,9 @@ impl ReplyJob {
                     Ok(Aloud::NotYet)
                 }
             }
-            _ => store.ask_tool(chat, &ask, &question).map(|()| Aloud::Ask),
+            _ => store
+                .ask_tool(chat, &ask, &question)
+                .map(|()| Aloud::Ask(question)),
         })
         .await;
         answered.unwrap_or_else(|err| {
@@ -1127,16 +1155,46 @@ fn not_run(call: &ToolCall, why: &str, is_error: bool) -> ToolResult {
 enum Aloud {
     /// The user's own message said yes to it: it runs.
     Yes,
-    /// The question is asked now.
-    Ask,
+    /// The question (Jarvis's words for the call) is asked now.
+    Ask(String),
+    /// The user said yes, but this reply has read text from outside since: asked again.
+    ReadSince(String),
     /// Asked earlier in this reply: nobody has answered yet.
     NotYet,
     /// The question could not be kept (the database).
     Failed(String),
 }
 
-/// How many characters of a call's arguments a question asked aloud shows the model.
-const ASKED_ARGUMENTS: usize = 400;
+/// How many characters of a call's arguments a question asked aloud says.
+const ASKED_ARGUMENTS: usize = 300;
+
+/// A call's arguments as a question asked aloud says them: ", with path /home/ada/plans.txt and
+/// limit 10" (a value that is not a word or a number as JSON), cut short where long; nothing
+/// where there are none.
+fn spoken_arguments(arguments: &serde_json::Value) -> String {
+    let said: Vec<String> = match arguments {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| match value {
+                serde_json::Value::String(text) => format!("{key} {text}"),
+                other => format!("{key} {other}"),
+            })
+            .collect(),
+        serde_json::Value::Null => Vec::new(),
+        other => vec![other.to_string()],
+    };
+    if said.is_empty() {
+        return String::new();
+    }
+    let all = match said.len() {
+        1 => said[0].clone(),
+        n => format!("{} and {}", said[..n - 1].join(", "), said[n - 1]),
+    };
+    match all.chars().nth(ASKED_ARGUMENTS) {
+        Some(_) => format!(", with {}…", llm::sse::capped_at(&all, ASKED_ARGUMENTS)),
+        None => format!(", with {all}"),
+    }
+}
 
 /// Why a call to a tool the request did not offer is not run.
 const NOT_OFFERED: &str = "it was not offered in this request";

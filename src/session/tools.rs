@@ -76,10 +76,13 @@ impl ServerForm {
             return Err(format!("a server is already named {name:?}"));
         }
         let line = self.command.trim();
-        if line.starts_with("http://") || line.starts_with("https://") {
+        let lower = line.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
             let url = reqwest::Url::parse(line)
                 .ok()
-                .filter(|u| u.has_host() && !line.contains(char::is_whitespace))
+                .filter(|u| {
+                    u.has_host() && u.username().is_empty() && !line.contains(char::is_whitespace)
+                })
                 .ok_or_else(|| {
                     format!("{line:?} is not an address (e.g. http://127.0.0.1:8931/mcp)")
                 })?;
@@ -108,7 +111,7 @@ impl ServerForm {
 /// A server's command line, quoted where a word needs it (its address, for one at a url).
 fn command_line(server: &McpServerSettings) -> String {
     if !server.url.trim().is_empty() {
-        return server.url.trim().to_string();
+        return crate::mcp::shown_url(&server.url);
     }
     std::iter::once(&server.command)
         .chain(&server.args)
@@ -318,5 +321,16 @@ mod tests {
             ("http://127.0.0.1:8931/mcp", "", 0)
         );
         assert_eq!(command_line(&web), "http://127.0.0.1:8931/mcp");
+        // Its query may hold a token: kept, never shown.
+        let tokened = form("tokened", "HTTPS://mcp.example.com/mcp?token=abc")
+            .server(&taken)
+            .unwrap();
+        assert_eq!(tokened.url, "https://mcp.example.com/mcp?token=abc");
+        assert_eq!(command_line(&tokened), "https://mcp.example.com/mcp?…");
+        assert!(!crate::mcp::program_of(&tokened).contains("abc"));
+        let err = form("other", "https://ada:pw@mcp.example.com/mcp")
+            .server(&taken)
+            .unwrap_err();
+        assert!(err.contains("not an address"), "{err}");
     }
 }
