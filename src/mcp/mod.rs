@@ -228,7 +228,48 @@ impl Said {
 }
 
 /// One server's place: held while it starts, so one slow server never holds up another.
-type Slot = Arc<tokio::sync::Mutex<Option<Arc<Running>>>>;
+type Slot = Arc<Place>;
+
+/// A server's place: the server, behind the lock a start holds, and what a look at it sees
+/// without ever waiting on that lock (a running server is never shown "starting" because a
+/// reply or a call is checking on it).
+#[derive(Default)]
+struct Place {
+    held: tokio::sync::Mutex<Option<Arc<Running>>>,
+    /// What `held` holds, as last put there.
+    seen: std::sync::Mutex<Option<Arc<Running>>>,
+    /// Whether a start is under way.
+    starting: AtomicBool,
+}
+
+/// Marks a place as starting while it lives.
+struct Starting<'a>(&'a Place);
+
+impl<'a> Starting<'a> {
+    fn of(place: &'a Place) -> Starting<'a> {
+        place.starting.store(true, Ordering::SeqCst);
+        Starting(place)
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.starting.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Place {
+    /// Puts `server` in the place (`held` is its locked content).
+    fn put(&self, held: &mut Option<Arc<Running>>, server: Option<Arc<Running>>) {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = server.clone();
+        *held = server;
+    }
+
+    /// The server as last put there.
+    fn seen(&self) -> Option<Arc<Running>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
 
 impl std::fmt::Debug for Servers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -424,10 +465,9 @@ impl Servers {
         self.names()
             .into_iter()
             .map(|name| {
-                let held = self.slots.get(&name).map(|slot| slot.try_lock());
-                let state = match held {
-                    Some(Err(_)) => ServerState::Starting,
-                    Some(Ok(running)) => match (running.as_ref(), failed.get(&name)) {
+                let state = match self.slots.get(&name) {
+                    Some(slot) if slot.starting.load(Ordering::SeqCst) => ServerState::Starting,
+                    Some(slot) => match (slot.seen().as_ref(), failed.get(&name)) {
                         (Some(r), _) if r.alive() => ServerState::Running {
                             tools: r.tools().len(),
                         },
@@ -481,8 +521,10 @@ impl Servers {
     /// is not running).
     pub fn tools_now(&self, server: &str) -> Option<Vec<ToolInfo>> {
         let slot = self.slots.get(server.trim())?;
-        let held = slot.try_lock().ok()?;
-        held.as_ref().filter(|r| r.alive()).map(|r| r.tools())
+        if slot.starting.load(Ordering::SeqCst) {
+            return None;
+        }
+        slot.seen().filter(|r| r.alive()).map(|r| r.tools())
     }
 
     /// The tools `server` offers, starting it if it is not running.
@@ -555,7 +597,12 @@ impl Servers {
         // All at once: one still starting holds its slot until its start ends, and then sees
         // that the servers are stopped and ends itself.
         futures::future::join_all(self.slots.values().map(|slot| async move {
-            let server = slot.lock().await.take();
+            let server = {
+                let mut held = slot.held.lock().await;
+                let server = held.take();
+                slot.put(&mut held, None);
+                server
+            };
             let Some(server) = server else { return };
             server.client.cancellation_token().cancel();
             // It ends once its last holder lets go; wait a moment for one that was idle.
@@ -593,9 +640,9 @@ impl Servers {
         let reason = running.said.explain(reason);
         if exited || !running.alive() {
             if let Some(slot) = self.slots.get(server) {
-                let mut held = slot.lock().await;
+                let mut held = slot.held.lock().await;
                 if held.as_ref().is_some_and(|r| Arc::ptr_eq(r, running)) {
-                    *held = None;
+                    slot.put(&mut held, None);
                 }
             }
             let gone = McpError::Failed {
@@ -627,7 +674,7 @@ impl Servers {
             .slots
             .get(&name)
             .ok_or_else(|| McpError::Unknown(name.clone()))?;
-        let mut held = slot.lock().await;
+        let mut held = slot.held.lock().await;
         if self.stopped.load(Ordering::SeqCst) {
             return Err(McpError::Stopped);
         }
@@ -639,8 +686,12 @@ impl Servers {
         if let Some(err) = self.held_back(&name) {
             return Err(err);
         }
-        *held = None;
-        let started = self.start(&settings).await;
+        slot.put(&mut held, None);
+        let started = {
+            // (Cleared however the start ends: its caller may stop waiting for it.)
+            let _starting = Starting::of(slot);
+            self.start(&settings).await
+        };
         if self.stopped.load(Ordering::SeqCst) {
             // Stopped while it started: it ends here (its process with its handle).
             if let Ok(mut server) = started {
@@ -654,7 +705,7 @@ impl Servers {
             Ok(running) => {
                 failed.remove(&name);
                 let running = Arc::new(running);
-                *held = Some(running.clone());
+                slot.put(&mut held, Some(running.clone()));
                 Ok(running)
             }
             Err(err) => {
@@ -1006,6 +1057,38 @@ fn text_of(blocks: &[serde_json::Value], structured: Option<&serde_json::Value>)
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The Tools page read "starting…" for a running server whenever a reply or a call was
+    /// checking on it (the look waited on nothing, and took a held lock for a start).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_running_server_is_shown_running_while_something_checks_on_it() {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp-servers/misbehaving.py"
+        );
+        let servers = Servers::new(&McpSettings {
+            servers: vec![McpServerSettings {
+                name: "fine".into(),
+                command: "python3".into(),
+                args: vec![script.into(), "fine".into()],
+                ..McpServerSettings::default()
+            }],
+            ..McpSettings::default()
+        });
+        servers.tools("fine").await.unwrap();
+        let checking = servers.slots["fine"].held.lock().await;
+        assert_eq!(
+            servers.states(),
+            [("fine".to_string(), ServerState::Running { tools: 1 })]
+        );
+        assert_eq!(servers.tools_now("fine").map(|t| t.len()), Some(1));
+        drop(checking);
+        servers.stop_all().await;
+        assert_eq!(
+            servers.states(),
+            [("fine".to_string(), ServerState::NotStarted)]
+        );
+    }
 
     #[test]
     fn a_result_s_content_is_read_as_text_whatever_its_kind() {
