@@ -289,6 +289,8 @@ pub struct Servers {
     slots: HashMap<String, Slot>,
     failed: std::sync::Mutex<HashMap<String, Failure>>,
     stopped: AtomicBool,
+    /// Cancelled when the servers stop: a start under way ends at once (its process with it).
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 fn approvals_of(settings: &McpSettings) -> HashMap<String, crate::config::Approve> {
@@ -341,6 +343,7 @@ impl Servers {
             timeout: secs_or(settings.call_timeout_secs, 30.0),
             start_timeout: secs_or(settings.start_timeout_secs, 60.0),
             stopped: AtomicBool::new(false),
+            stopping: tokio_util::sync::CancellationToken::new(),
             slots: settings
                 .servers
                 .iter()
@@ -594,8 +597,9 @@ impl Servers {
     /// fails); none starts again after. (A server's process never outlives its handle either.)
     pub async fn stop_all(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        // All at once: one still starting holds its slot until its start ends, and then sees
-        // that the servers are stopped and ends itself.
+        self.stopping.cancel();
+        // All at once: one still starting has its start cancelled, lets go of its slot and
+        // ends (its process with its handle).
         futures::future::join_all(self.slots.values().map(|slot| async move {
             let server = {
                 let mut held = slot.held.lock().await;
@@ -690,7 +694,12 @@ impl Servers {
         let started = {
             // (Cleared however the start ends: its caller may stop waiting for it.)
             let _starting = Starting::of(slot);
-            self.start(&settings).await
+            tokio::select! {
+                started = self.start(&settings) => started,
+                // Jarvis quits: a server still starting (a launcher downloading it, one that
+                // never shakes hands) is not waited for.
+                () = self.stopping.cancelled() => Err(McpError::Stopped),
+            }
         };
         if self.stopped.load(Ordering::SeqCst) {
             // Stopped while it started: it ends here (its process with its handle).
