@@ -393,8 +393,16 @@ async fn a_warm_up_writes_nothing_and_the_next_question_finds_its_prompt_cached(
     let chat = store.create_chat("Dogs").unwrap();
     store.add_fact("My dog is called Bruno.", None).unwrap();
     let rules = jarvis::prompt::RULES;
-    let warm =
-        jarvis::prompt::warm_request(&store, Some(chat.id), "Ada", rules, "local", 64).unwrap();
+    let warm = jarvis::prompt::warm_request(
+        &store,
+        Some(chat.id),
+        "Ada",
+        rules,
+        "local",
+        64,
+        jarvis::prompt::Locale::English,
+    )
+    .unwrap();
     assert!(warm.prefill && warm.messages.is_empty() && !warm.tools.is_empty());
     let wire = jarvis::llm::local::wire_settings(
         &jarvis::config::Settings::default().local,
@@ -420,8 +428,16 @@ async fn a_warm_up_writes_nothing_and_the_next_question_finds_its_prompt_cached(
     assert!(processed > 200, "the rules and the profile: {warmed}");
 
     // The question, as a reply assembles it: everything before it comes from the cache.
-    let mut asked =
-        jarvis::prompt::warm_request(&store, Some(chat.id), "Ada", rules, "local", 8).unwrap();
+    let mut asked = jarvis::prompt::warm_request(
+        &store,
+        Some(chat.id),
+        "Ada",
+        rules,
+        "local",
+        8,
+        jarvis::prompt::Locale::English,
+    )
+    .unwrap();
     asked.prefill = false;
     asked.messages.push(jarvis::llm::Message::text(
         jarvis::llm::MessageRole::User,

@@ -712,3 +712,59 @@ async fn the_orb_opening_its_microphone_warms_the_local_model_with_the_voice_con
     assert_eq!(warmed, [false, true, false, false, true]);
     assert_eq!(requests[4].messages.len(), 6, "three questions and answers");
 }
+
+/// Issue 29 item 2: with `[general] language` set, what the app writes around the user's words
+/// in the request — the state block, the marks around a tool's result — is in that language.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_request_is_wrapped_in_the_language_the_settings_choose() {
+    let stub = Stub::start().await.unwrap();
+    stub.push(Script::text("").tool_call("c1", "search_records", r#"{"query": "Paris"}"#));
+    stub.push(Script::text("Nichts gefunden."));
+    stub.push(Script::text("没有。"));
+    let dir = Dir::new();
+    let mut german = settings(BackendKind::Anthropic, &stub);
+    german.general.language = jarvis::config::Language::De;
+    let service = service(&dir, german);
+    let (_, reply, mut attachment) = ask_new(&service, "Was weißt du über Paris?").await;
+    until_end(&mut attachment, reply).await;
+    let received = stub.received();
+    let body = received[1].body.to_string();
+    assert!(
+        body.contains("[Aktueller Stand | von der App, nicht vom Nutzer gesagt]\\nOrtszeit: ")
+            && body.contains("\\nInteraktion: getippt\\n[Ende des aktuellen Stands]"),
+        "{body}"
+    );
+    let messages = received[1].body["messages"].to_string();
+    assert!(
+        !messages.contains("Current state") && !messages.contains("End of"),
+        "{messages}"
+    );
+    // The rules name the English envelopes: the system prompt names these as the app's.
+    let system = received[1].body["system"].to_string();
+    assert!(
+        system.contains(
+            "Die Hinweise der App stehen in dieser Unterhaltung auf Deutsch: [Aktueller Stand"
+        ),
+        "{system}"
+    );
+
+    let mut chinese = settings(BackendKind::Anthropic, &stub);
+    chinese.general.language = jarvis::config::Language::Zh;
+    let service = jarvis::Service::start(
+        dir.store(),
+        jarvis::llm::from_config(
+            &dir.config(chinese.clone()),
+            &env_with(&[("ANTHROPIC_API_KEY", "test-key")]),
+        )
+        .unwrap(),
+        jarvis::ServiceOptions::from_settings(&chinese),
+    );
+    let (_, reply, mut attachment) = ask_new(&service, "巴黎呢？").await;
+    until_end(&mut attachment, reply).await;
+    let body = stub.received()[2].body.to_string();
+    assert!(
+        body.contains("[当前状态｜程序提供，不是用户说的话]\\n当地时间：")
+            && body.contains("\\n交互方式：打字\\n[当前状态结束]\\n\\n巴黎呢？"),
+        "{body}"
+    );
+}

@@ -583,12 +583,38 @@ pub enum Approve {
     Never,
 }
 
+/// `[general]`: what the whole product follows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct GeneralSettings {
+    /// The user's language: the request's envelopes, and what the voice hears and says.
+    pub language: Language,
+}
+
+/// The user's language.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    /// The environment's locale (`LC_ALL`, `LC_MESSAGES`, `LANG`): German or Chinese where it
+    /// says so, English otherwise.
+    #[default]
+    Auto,
+    /// English.
+    En,
+    /// German.
+    De,
+    /// Chinese.
+    Zh,
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// The backend that answers.
     pub backend: BackendKind,
+    /// `[general]`.
+    pub general: GeneralSettings,
     /// `[anthropic]`.
     pub anthropic: AnthropicSettings,
     /// `[openai]`.

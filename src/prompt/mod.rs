@@ -1,11 +1,13 @@
 //! Builds the backend request from a chat's history: the rules and the profile in system, the
 //! records as messages.
 
+mod locale;
 mod preview;
 
+pub use locale::Locale;
 pub use preview::preview;
 
-use chrono::{DateTime, Datelike, FixedOffset, NaiveDate};
+use chrono::{DateTime, FixedOffset};
 
 use crate::llm::{Message, MessageRole, Request};
 use crate::store::{Fact, Record, Role};
@@ -92,72 +94,6 @@ impl Cut {
             None => None,
         }
     }
-
-    fn describe(&self) -> String {
-        match self {
-            Cut::After(prefix) => format!(
-                "Previous answer: cut off while spoken, after \"{prefix}\"; the user did not hear the rest"
-            ),
-            Cut::BeforeAnyWord => {
-                "Previous answer: cut off before any of it was heard".to_string()
-            }
-            Cut::NoAnswer => "Previous question: stopped with no answer at all".to_string(),
-        }
-    }
-}
-
-/// The user's language for day lines and the time line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Locale {
-    /// English (the default).
-    English,
-    /// Chinese.
-    Chinese,
-}
-
-impl Locale {
-    /// From `LC_ALL`, `LC_TIME` or `LANG`, the first one set.
-    pub fn from_env() -> Locale {
-        let lang = ["LC_ALL", "LC_TIME", "LANG"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-            .unwrap_or_default();
-        if lang.starts_with("zh") {
-            Locale::Chinese
-        } else {
-            Locale::English
-        }
-    }
-
-    /// `[Thu 24 Sep]`, `[9月24日 周四]`.
-    fn day_line(self, date: NaiveDate) -> String {
-        match self {
-            Locale::English => format!("[{}]", date.format("%a %-d %b")),
-            Locale::Chinese => format!("[{}月{}日 {}]", date.month(), date.day(), zh_weekday(date)),
-        }
-    }
-
-    fn time_line(self, now: DateTime<FixedOffset>) -> String {
-        match self {
-            Locale::English => {
-                format!("Local time: {}", now.format("%A %-d %B %Y, %H:%M (UTC%:z)"))
-            }
-            Locale::Chinese => format!(
-                "当地时间: {}年{}月{}日 {} {} (UTC{})",
-                now.year(),
-                now.month(),
-                now.day(),
-                zh_weekday(now.date_naive()),
-                now.format("%H:%M"),
-                now.format("%:z")
-            ),
-        }
-    }
-}
-
-fn zh_weekday(date: NaiveDate) -> &'static str {
-    ["周一", "周二", "周三", "周四", "周五", "周六", "周日"]
-        [date.weekday().num_days_from_monday() as usize]
 }
 
 /// What the app knows at this turn, for the state block.
@@ -218,34 +154,22 @@ impl State {
     }
 
     fn block(&self) -> String {
+        let (open, close) = self.locale.state_marks();
         let mut lines = vec![
-            STATE_OPEN.to_string(),
+            open.to_string(),
             self.locale.time_line(self.now),
-            format!("Interaction: {}", self.mode.describe()),
+            self.locale.mode_line(self.mode),
         ];
         if let Some(cut) = &self.cut {
-            lines.push(cut.describe());
+            lines.push(self.locale.cut_line(cut));
         }
-        match &self.pending_confirmation {
-            Some(Confirmation::Forget(question)) => lines.push(format!(
-                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
-                 forget_fact with that id and confirm: true; otherwise the fact is kept)"
-            )),
-            Some(Confirmation::Remember(question)) => lines.push(format!(
-                "Waiting for the user to confirm: {question} (proposed after reading content from \
-                 outside, not by the user; if this message says yes to it, call remember_fact with \
-                 that fact and confirm: true; otherwise it is not stored)"
-            )),
-            Some(Confirmation::Tool { question, name }) => lines.push(format!(
-                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
-                 {name} again with the same arguments; otherwise it is not run)"
-            )),
-            None => {}
+        if let Some(pending) = &self.pending_confirmation {
+            lines.push(self.locale.confirmation_line(pending));
         }
         if self.running_actions > 0 {
-            lines.push(format!("Actions still running: {}", self.running_actions));
+            lines.push(self.locale.running_line(self.running_actions));
         }
-        lines.push(STATE_CLOSE.to_string());
+        lines.push(close.to_string());
         lines.join("\n")
     }
 
@@ -380,15 +304,18 @@ pub struct Assembly<'a> {
     pub max_tokens: u32,
     /// Actions still running for the chat (a tool call, the summary of the last answer).
     pub running_actions: usize,
+    /// The user's language, for the envelopes around their words.
+    pub locale: Locale,
 }
 
 pub use crate::envelope::SUMMARY_OPEN;
 
 /// The request with a compacted chat's summary first, as a user message (joined to the first
-/// message when that is the user's too).
-pub fn with_summary(mut request: Request, summary: &str) -> Request {
+/// message when that is the user's too), headed in the user's language.
+pub fn with_summary(mut request: Request, summary: &str, locale: Locale) -> Request {
     let summary = format!(
-        "{SUMMARY_OPEN}\n{}",
+        "{}\n{}",
+        locale.summary_open(),
         crate::envelope::neutralise(summary.trim())
     );
     match request.messages.first_mut() {
@@ -428,6 +355,10 @@ pub fn assemble_stated(
         .map(|r| r.text.as_str())
         .unwrap_or_default();
     let mut system = system_prompt_with(a.rules, &store.facts()?, a.user_name);
+    if let Some(note) = a.locale.envelope_note() {
+        system.push_str("\n\n");
+        system.push_str(&note);
+    }
     if let Some(recall) = a.recall {
         match recall.related(store, question, a.chat.unwrap_or(crate::store::ChatId(0))) {
             Ok(found) if !found.is_empty() => {
@@ -439,6 +370,7 @@ pub fn assemble_stated(
         }
     }
     let mut state = State::now(a.mode);
+    state.locale = a.locale;
     state.cut = a.previous.as_ref().and_then(Cut::of);
     state.pending_confirmation = pending.map(|(pending, question)| match pending {
         crate::store::Pending::Forget(_) => Confirmation::Forget(question),
@@ -464,6 +396,7 @@ pub fn assemble_stated(
             with_summary(
                 build_request(&a.history[from..], system, &state, a.model, a.max_tokens),
                 summary,
+                a.locale,
             )
         }
         None => build_request(a.history, system, &state, a.model, a.max_tokens),
@@ -523,6 +456,7 @@ pub fn warm_request(
     rules: &str,
     model: &str,
     max_tokens: u32,
+    locale: Locale,
 ) -> Result<Request, crate::store::StoreError> {
     // A question stands in for the one to come; its message is then left out.
     let (history, previous) = next_question(store, chat, "")?;
@@ -539,6 +473,7 @@ pub fn warm_request(
             model,
             max_tokens,
             running_actions: 0,
+            locale,
         },
     )?;
     if request
@@ -659,13 +594,94 @@ mod tests {
         let req = build_request(&history, String::new(), &state(Locale::Chinese), "m", 100);
         let content = &req.messages[0].content;
         assert!(
-            content.starts_with("[9月24日 周四] [Current state"),
+            content.starts_with("[9月24日 周四] [当前状态｜程序提供，不是用户说的话]\n"),
             "{content}"
         );
         assert!(
-            content.contains("当地时间: 2026年9月24日 周四 14:05 (UTC+02:00)"),
+            content.contains("\n当地时间：2026年9月24日 周四 14:05 (UTC+02:00)\n交互方式：打字\n[当前状态结束]\n\n今天有什么安排?"),
             "{content}"
         );
+    }
+
+    /// The whole request for a Chinese and a German user: every line the app writes around the
+    /// user's words in their language (ADR 0044), and nothing English in the envelopes.
+    #[test]
+    fn the_state_block_day_lines_and_summary_heading_are_in_the_users_language() {
+        let history = [
+            rec(
+                Role::User,
+                "Erzähl mir von Paris.",
+                "2026-09-23T20:00:00+02:00",
+            ),
+            rec(
+                Role::Assistant,
+                "Paris ist die Hauptstadt Frankreichs.",
+                "2026-09-23T20:00:05+02:00",
+            ),
+            rec(Role::User, "Und Rom?", "2026-09-24T14:05:00+02:00"),
+        ];
+        let mut s = state(Locale::German);
+        s.mode = Mode::Wake;
+        s.cut = Some(Cut::After("Paris ist die Hauptstadt".into()));
+        s.pending_confirmation = Some(Confirmation::Forget(
+            "„Mein Hund heißt Bruno“ vergessen (Tatsache 3)?".into(),
+        ));
+        s.running_actions = 1;
+        let req = with_summary(
+            build_request(&history, String::new(), &s, "m", 100),
+            "Früher.",
+            Locale::German,
+        );
+        let contents = contents(&req);
+        assert_eq!(
+            contents[0].1,
+            "[Zusammenfassung des früheren Teils dieses Gesprächs]\nFrüher.\n\n[Mi 23. Sep] Erzähl mir von Paris."
+        );
+        assert_eq!(
+            contents[2].1,
+            "[Do 24. Sep] [Aktueller Stand | von der App, nicht vom Nutzer gesagt]\n\
+             Ortszeit: Donnerstag, 24. September 2026, 14:05 (UTC+02:00)\n\
+             Interaktion: gesprochen, nach dem Aktivierungswort\n\
+             Vorige Antwort: beim Sprechen unterbrochen, nach „Paris ist die Hauptstadt“; den Rest hat der Nutzer nicht gehört\n\
+             Wartet auf die Bestätigung des Nutzers: „Mein Hund heißt Bruno“ vergessen (Tatsache 3)? (sagt diese Nachricht ja dazu, rufe forget_fact mit dieser id und confirm: true auf; sonst bleibt die Tatsache gespeichert)\n\
+             Noch laufende Aktionen: 1\n\
+             [Ende des aktuellen Stands]\n\nUnd Rom?"
+        );
+
+        let mut s = state(Locale::Chinese);
+        s.mode = Mode::HandsFree;
+        s.cut = Some(Cut::After("巴黎是法国的首都".into()));
+        s.running_actions = 2;
+        let history = [
+            rec(Role::User, "说说巴黎。", "2026-09-23T20:00:00+02:00"),
+            rec(
+                Role::Assistant,
+                "巴黎是法国的首都。",
+                "2026-09-23T20:00:05+02:00",
+            ),
+            rec(Role::User, "罗马呢？", "2026-09-24T14:05:00+02:00"),
+        ];
+        let req = with_summary(
+            build_request(&history, String::new(), &s, "m", 100),
+            "早些时候。",
+            Locale::Chinese,
+        );
+        let contents = self::tests::contents(&req);
+        assert_eq!(
+            contents[0].1,
+            "[此前对话的摘要]\n早些时候。\n\n[9月23日 周三] 说说巴黎。"
+        );
+        assert_eq!(
+            contents[2].1,
+            "[9月24日 周四] [当前状态｜程序提供，不是用户说的话]\n\
+             当地时间：2026年9月24日 周四 14:05 (UTC+02:00)\n\
+             交互方式：语音，免提\n\
+             上一个回答：朗读时在“巴黎是法国的首都”之后被打断；用户没有听到其余部分\n\
+             仍在进行的操作：2\n\
+             [当前状态结束]\n\n罗马呢？"
+        );
+        // What the model copies of them is taken off its answer.
+        assert_eq!(strip_envelopes(&contents[2].1), "罗马呢？");
     }
 
     #[test]
@@ -818,6 +834,7 @@ mod tests {
         let req = with_summary(
             req,
             "The user planned their week; a dentist visit is on Thursday.",
+            Locale::English,
         );
         let contents = contents(&req);
         assert_eq!(
@@ -841,6 +858,7 @@ mod tests {
                 100,
             ),
             "Earlier.",
+            Locale::English,
         );
         assert_eq!(req.messages.len(), 1);
         assert!(req.messages[0].content.starts_with(&format!(

@@ -51,6 +51,7 @@ pub fn preview(
                 max_tokens,
                 // (What runs belongs to the service answering, which a preview does not ask.)
                 running_actions: 0,
+                locale: options.locale,
             },
         )
         .map(|mut request| {

@@ -111,6 +111,8 @@ pub struct ServiceOptions {
     /// The user's MCP servers, whose tools are offered beside the memory tools (none: only the
     /// memory tools).
     pub mcp: Option<Arc<crate::mcp::Servers>>,
+    /// The user's language, for the envelopes the request wraps around their words.
+    pub locale: crate::prompt::Locale,
 }
 
 /// How long an unwatched, idle voice conversation is kept before it is forgotten.
@@ -143,6 +145,7 @@ impl ServiceOptions {
             context_tokens: settings.replies.context_tokens,
             max_chars: settings.replies.max_chars.max(1),
             mcp: None,
+            locale: crate::prompt::Locale::of(settings.general.language),
         }
     }
 
@@ -759,6 +762,7 @@ impl Actor {
             self.housekeeping.clone(),
         );
         let (name, rules) = (self.options.user_name.clone(), self.options.rules.clone());
+        let locale = self.options.locale;
         self.warming = Some(tokio::spawn(async move {
             let (model, max_tokens) = (backend.model().to_string(), backend.max_tokens());
             let started = std::time::Instant::now();
@@ -771,7 +775,9 @@ impl Actor {
                     let (store, name, rules, model) =
                         (store.clone(), name.clone(), rules.clone(), model.clone());
                     let request = blocking(move || {
-                        crate::prompt::warm_request(&store, chat, &name, &rules, &model, max_tokens)
+                        crate::prompt::warm_request(
+                            &store, chat, &name, &rules, &model, max_tokens, locale,
+                        )
                     })
                     .await
                     .map_err(|err| crate::llm::LlmError::Unavailable(err.to_string()))?;

@@ -400,6 +400,7 @@ impl ReplyJob {
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
         let running_actions = self.actions.running(chat);
+        let options_locale = self.options.locale;
         let question = history.last().map(|r| r.text.clone()).unwrap_or_default();
         let assembled = blocking(move || {
             crate::prompt::assemble_stated(
@@ -415,6 +416,7 @@ impl ReplyJob {
                     model: &model,
                     max_tokens,
                     running_actions,
+                    locale: options_locale,
                 },
             )
         })
@@ -549,6 +551,7 @@ impl ReplyJob {
                     }
                     let (store, chat, reply, run) =
                         (self.store.clone(), self.chat, self.reply, calls.clone());
+                    let locale = self.options.locale;
                     let _running: Vec<_> = calls.iter().map(|_| self.actions.start(chat)).collect();
                     let mut before = std::mem::take(&mut turn);
                     let ran = tokio::task::spawn_blocking(move || {
@@ -570,6 +573,7 @@ impl ReplyJob {
                                         result.content = crate::tools::result_for_model(
                                             &call.name,
                                             &result.content,
+                                            locale.outside_marks(),
                                         );
                                         result
                                     }
@@ -809,7 +813,11 @@ impl ReplyJob {
             );
             let result = ToolResult {
                 id: call.id.clone(),
-                content: crate::tools::result_for_model(&call.name, &content),
+                content: crate::tools::result_for_model(
+                    &call.name,
+                    &content,
+                    self.options.locale.outside_marks(),
+                ),
                 is_error,
             };
             (result, line, true)

@@ -41,9 +41,15 @@ pub struct HeardContext<'a> {
     pub wake_conversation: bool,
 }
 
+// Each list holds every language's phrases (English, German, Chinese): a phrase of one is
+// never a sentence of another, and a user who mixes them is heard either way. Chinese is
+// compared character by character (see [`words`]).
+
 const FILLERS: &[&str] = &[
     "um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "ahh", "hmm", "hm", "mm", "mmm", "mhm",
-    "uh-huh", "uhhuh", "huh", "oh", "eh",
+    "uh-huh", "uhhuh", "huh", "oh", "eh", // English
+    "äh", "ähm", "öh", "öhm", "äh-hm", // German
+    "嗯", "呃", "啊", "额", "唔", "哦", "噢", // Chinese
 ];
 
 const STOPS: &[&str] = &[
@@ -72,6 +78,40 @@ const STOPS: &[&str] = &[
     "jarvis stop",
     "stop jarvis",
     "abort",
+    // German
+    "stopp",
+    "stopp stopp",
+    "halt",
+    "hör auf",
+    "hör jetzt auf",
+    "hören sie auf",
+    "aufhören",
+    "sei still",
+    "sei ruhig",
+    "ruhe",
+    "schon gut",
+    "vergiss es",
+    "egal",
+    "abbrechen",
+    "genug",
+    "es reicht",
+    "das reicht",
+    "jarvis stopp",
+    "stopp jarvis",
+    // Chinese
+    "停",
+    "停下",
+    "停止",
+    "停一下",
+    "别说了",
+    "不要说了",
+    "不用说了",
+    "算了",
+    "取消",
+    "安静",
+    "闭嘴",
+    "够了",
+    "好了别说了",
 ];
 
 const GOODBYES: &[&str] = &[
@@ -101,20 +141,93 @@ const GOODBYES: &[&str] = &[
     "talk to you later",
     "i'm done",
     "i'm done thanks",
+    // German
+    "tschüss",
+    "tschüs",
+    "tschau",
+    "ciao",
+    "auf wiedersehen",
+    "bis später",
+    "bis bald",
+    "danke tschüss",
+    "danke das war's",
+    "danke das wars",
+    "das war's",
+    "das wars",
+    "das war alles",
+    "das ist alles",
+    "gute nacht",
+    "tschüss jarvis",
+    // Chinese
+    "再见",
+    "拜拜",
+    "回头见",
+    "晚安",
+    "就这样",
+    "就这些",
+    "谢谢就这样",
+    "好了谢谢",
+    "没事了谢谢",
 ];
 
-/// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept).
+/// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept). Text
+/// written without spaces (Chinese, Japanese) counts each of its characters as a word, so that
+/// phrases, repetitions and echoes are compared alike in every language.
 pub fn words(text: &str) -> Vec<String> {
     text.split(|c: char| {
-        c.is_whitespace() || matches!(c, ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…')
+        c.is_whitespace()
+            || matches!(
+                c,
+                ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…' | '„' | '“' | '”' | '«' | '»'
+            )
+            || is_cjk_punctuation(c)
     })
-    .map(|w| {
-        w.trim_matches(|c: char| !c.is_alphanumeric())
+    .flat_map(|w| {
+        let w = w
+            .trim_matches(|c: char| !c.is_alphanumeric())
             .to_lowercase()
-            .replace('’', "'")
+            .replace('’', "'");
+        if w.chars().any(is_unspaced) {
+            // Each character of unspaced script on its own; a Latin run inside stays whole.
+            let mut out: Vec<String> = Vec::new();
+            let mut run = String::new();
+            for c in w.chars() {
+                if is_unspaced(c) {
+                    if !run.is_empty() {
+                        out.push(std::mem::take(&mut run));
+                    }
+                    out.push(c.to_string());
+                } else if c.is_alphanumeric() || c == '\'' || c == '-' {
+                    run.push(c);
+                } else if !run.is_empty() {
+                    out.push(std::mem::take(&mut run));
+                }
+            }
+            if !run.is_empty() {
+                out.push(run);
+            }
+            out
+        } else {
+            vec![w]
+        }
     })
     .filter(|w| !w.is_empty())
     .collect()
+}
+
+/// A character of a script written without spaces between words (CJK ideographs, kana).
+fn is_unspaced(c: char) -> bool {
+    matches!(c,
+        '\u{3040}'..='\u{30ff}'   // hiragana, katakana
+        | '\u{3400}'..='\u{4dbf}' // CJK extension A
+        | '\u{4e00}'..='\u{9fff}' // CJK unified ideographs
+        | '\u{f900}'..='\u{faff}' // CJK compatibility ideographs
+    )
+}
+
+/// Full-width punctuation: 。！？，、；：「」『』（）and the like.
+fn is_cjk_punctuation(c: char) -> bool {
+    matches!(c, '\u{3000}'..='\u{303f}' | '\u{ff01}'..='\u{ff0f}' | '\u{ff1a}'..='\u{ff20}')
 }
 
 /// Text with every bracketed sound label removed: `[cough]`, `(music)`, `*sighs*`, `♪`.
@@ -184,9 +297,16 @@ fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
         .trim_start_matches("hey ")
         .trim_start_matches("jarvis ")
         .trim_end_matches(" please")
+        .trim_end_matches(" bitte")
         .trim_end_matches(" jarvis")
-        .trim_end_matches(" now");
-    phrases.iter().any(|p| *p == joined || *p == trimmed)
+        .trim_end_matches(" now")
+        .trim_end_matches(" jetzt")
+        .trim_end_matches(" 吧");
+    // (A phrase is compared as its words are: "别说了" as "别 说 了".)
+    phrases.iter().any(|p| {
+        let p = words(p).join(" ");
+        p == joined || p == trimmed
+    })
 }
 
 /// Classifies a transcript.
@@ -281,6 +401,74 @@ mod tests {
             Heard::Question
         );
         assert_eq!(plain("How do I cancel a subscription?"), Heard::Question);
+    }
+
+    #[test]
+    fn german_and_chinese_stops_fillers_and_goodbyes_are_heard_as_the_english_ones() {
+        for stop in [
+            "Stopp.",
+            "Stopp!",
+            "Hör auf.",
+            "Hör auf, bitte.",
+            "Schon gut.",
+            "Sei still!",
+            "Jarvis, stopp.",
+            "Stopp, stopp!",
+            "停。",
+            "停！",
+            "停停停",
+            "别说了。",
+            "算了算了。",
+            "好了，别说了。",
+            "嗯，停。",
+        ] {
+            assert_eq!(plain(stop), Heard::Stop, "{stop}");
+        }
+        for question in [
+            "Hör auf, die Musik zu spielen, und sag mir die Uhrzeit.",
+            "Wie stoppe ich den Timer?",
+            "停车场在哪里？",
+            "明天北京的天气怎么样？",
+            "别说了这些，告诉我时间。",
+        ] {
+            assert_eq!(plain(question), Heard::Question, "{question}");
+        }
+        for filler in ["Äh.", "Ähm…", "嗯。", "呃……", "嗯嗯"] {
+            assert_eq!(plain(filler), Heard::Filler, "{filler}");
+        }
+        let wake = HeardContext {
+            wake_conversation: true,
+            ..HeardContext::default()
+        };
+        for bye in [
+            "Tschüss!",
+            "Danke, das war's.",
+            "Auf Wiedersehen.",
+            "再见！",
+            "好了，谢谢。",
+        ] {
+            assert_eq!(classify(bye, &wake), Heard::Goodbye, "{bye}");
+        }
+        assert_eq!(
+            plain("再见！"),
+            Heard::Question,
+            "only a wake conversation ends"
+        );
+    }
+
+    #[test]
+    fn chinese_is_compared_character_by_character() {
+        assert_eq!(words("别说了。"), ["别", "说", "了"]);
+        assert_eq!(words("打开 Wi-Fi 设置"), ["打", "开", "wi-fi", "设", "置"]);
+        assert_eq!(words("Hör auf."), ["hör", "auf"]);
+        let answers = vec!["北京明天晴，最高气温二十五度。".to_string()];
+        let speaking = HeardContext {
+            began_while_speaking: true,
+            recent_answers: &answers,
+            wake_conversation: false,
+        };
+        assert_eq!(classify("北京明天晴，最高气温", &speaking), Heard::Echo);
+        assert_eq!(classify("上海明天会下雨吗？", &speaking), Heard::Question);
     }
 
     #[test]

@@ -229,7 +229,8 @@ fn ends_a_number(before: &str) -> bool {
 }
 
 /// Where a first clause of [`FIRST_CLAUSE_WORDS`] words or more ends (after its `,` `;` `:` and
-/// the space after it), on one line of prose (not a code block's).
+/// the space after it, or its full-width `，` `；` `：` `、`), on one line of prose (not a code
+/// block's). In a script written without spaces each character counts as a word.
 fn first_clause_end(text: &str) -> Option<usize> {
     let mut chars = text.char_indices().peekable();
     let (mut words, mut in_word) = (0, false);
@@ -241,16 +242,27 @@ fn first_clause_end(text: &str) -> Option<usize> {
             {
                 return Some(i + 1);
             }
+            '，' | '；' | '：' | '、' if words >= FIRST_CLAUSE_WORDS => {
+                return Some(i + c.len_utf8());
+            }
             _ => {}
         }
         if c.is_whitespace() {
             in_word = false;
+        } else if unspaced(c) {
+            in_word = false;
+            words += 1;
         } else if !in_word {
             in_word = true;
             words += 1;
         }
     }
     None
+}
+
+/// A character of a script written without spaces between words (CJK ideographs, kana).
+fn unspaced(c: char) -> bool {
+    matches!(c, '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}')
 }
 
 /// The byte index after the first `chars` characters of `text` (its length when it has fewer).
@@ -288,6 +300,16 @@ fn sentence_end(text: &str) -> Option<usize> {
                         return Some(i + c.len_utf8());
                     }
                 }
+            }
+            // Full-width ends need no space after them; a closing quote goes with its sentence.
+            '。' | '！' | '？' | '；' => {
+                let mut end = i + c.len_utf8();
+                if let Some(&(q, quote)) = chars.peek() {
+                    if matches!(quote, '”' | '」' | '』' | '）') {
+                        end = q + quote.len_utf8();
+                    }
+                }
+                return Some(end);
             }
             '\n' if next == Some('\n') => return Some(i + 1),
             _ => {}
@@ -328,6 +350,34 @@ mod tests {
                 "and the answer depends on the season, mostly.".to_string(),
                 "Then, in spring, it rains.".to_string()
             ]
+        );
+    }
+
+    /// Issue 29 item 5: Chinese has no space after its sentence ends, and its first clause ends
+    /// at a full-width comma: both are where the voice can begin.
+    #[test]
+    fn chinese_sentences_and_a_long_first_clause_are_split_at_full_width_marks() {
+        let mut s = Sentences::new();
+        assert!(s.push("北京").is_empty());
+        assert_eq!(
+            s.push("明天天气晴朗，最高"),
+            vec!["北京明天天气晴朗，".to_string()]
+        );
+        assert_eq!(
+            s.push("气温二十五度。后天"),
+            vec!["最高气温二十五度。".to_string()]
+        );
+        assert_eq!(
+            s.push("有雨！他说：“带伞。”然后"),
+            vec!["后天有雨！".to_string(), "他说：“带伞。”".to_string()]
+        );
+        assert_eq!(s.finish(), Some("然后".to_string()));
+        // A short first clause waits for more.
+        let mut s = Sentences::new();
+        assert!(s.push("好的，").is_empty());
+        assert_eq!(
+            s.push("我来查一下。"),
+            vec!["好的，我来查一下。".to_string()]
         );
     }
 

@@ -1,0 +1,323 @@
+//! The request's envelopes in the user's language (ADR 0044): the state block's heading and
+//! lines, the day lines, the summary's heading and the marks of content from outside — in
+//! English, German or Chinese. Tool names and arguments the model is told to use stay as they
+//! are in every language.
+
+use chrono::{DateTime, Datelike, FixedOffset, NaiveDate};
+
+use super::{Confirmation, Cut, Mode};
+use crate::config::Language;
+use crate::envelope as e;
+
+/// The user's language, for everything the app writes around their words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locale {
+    /// English (the default).
+    English,
+    /// German.
+    German,
+    /// Chinese.
+    Chinese,
+}
+
+impl Locale {
+    /// From `LC_ALL`, `LC_MESSAGES` or `LANG`, the first one set (`de_DE.UTF-8`, `zh_CN`…);
+    /// English for any other.
+    pub fn from_env() -> Locale {
+        let lang = ["LC_ALL", "LC_MESSAGES", "LANG"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+            .unwrap_or_default();
+        Locale::of_tag(&lang).unwrap_or(Locale::English)
+    }
+
+    /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`), if it is one
+    /// of Jarvis's.
+    pub fn of_tag(tag: &str) -> Option<Locale> {
+        let tag = tag.trim().to_ascii_lowercase();
+        let primary = tag.split(['_', '-', '.', '@']).next().unwrap_or_default();
+        match primary {
+            "en" => Some(Locale::English),
+            "de" => Some(Locale::German),
+            "zh" => Some(Locale::Chinese),
+            _ => None,
+        }
+    }
+
+    /// The language the settings choose (`auto`: the environment's).
+    pub fn of(language: Language) -> Locale {
+        match language {
+            Language::Auto => Locale::from_env(),
+            Language::En => Locale::English,
+            Language::De => Locale::German,
+            Language::Zh => Locale::Chinese,
+        }
+    }
+
+    /// The state block's opening and end.
+    pub fn state_marks(self) -> (&'static str, &'static str) {
+        match self {
+            Locale::English => (e::STATE_OPEN, e::STATE_CLOSE),
+            Locale::German => (e::STATE_OPEN_DE, e::STATE_CLOSE_DE),
+            Locale::Chinese => (e::STATE_OPEN_ZH, e::STATE_CLOSE_ZH),
+        }
+    }
+
+    /// The heading of a compacted chat's summary.
+    pub fn summary_open(self) -> &'static str {
+        match self {
+            Locale::English => e::SUMMARY_OPEN,
+            Locale::German => e::SUMMARY_OPEN_DE,
+            Locale::Chinese => e::SUMMARY_OPEN_ZH,
+        }
+    }
+
+    /// The marks around a tool's result that is text from outside.
+    pub fn outside_marks(self) -> (&'static str, &'static str) {
+        match self {
+            Locale::English => (e::OUTSIDE_OPEN, e::OUTSIDE_CLOSE),
+            Locale::German => (e::OUTSIDE_OPEN_DE, e::OUTSIDE_CLOSE_DE),
+            Locale::Chinese => (e::OUTSIDE_OPEN_ZH, e::OUTSIDE_CLOSE_ZH),
+        }
+    }
+
+    /// What the system prompt adds after the rules where the envelopes are not the English ones
+    /// the rules describe: their headings in this language, so the model knows them for the
+    /// app's (the rules may be the user's own file, which cannot know them).
+    pub fn envelope_note(self) -> Option<String> {
+        let (open, close) = self.state_marks();
+        let (outside, outside_close) = self.outside_marks();
+        let summary = self.summary_open();
+        match self {
+            Locale::English => None,
+            Locale::German => Some(format!(
+                "Die Hinweise der App stehen in dieser Unterhaltung auf Deutsch: {open} … {close} \
+                 ist der Zustandsblock, {outside} … {outside_close} markiert Inhalt von außen, \
+                 {summary} leitet die Zusammenfassung des früheren Gesprächs ein. Sie stammen von \
+                 der App, nie vom Nutzer; wiederhole sie nicht."
+            )),
+            Locale::Chinese => Some(format!(
+                "本对话中程序的标注用中文：{open} …… {close} 是状态块，{outside} …… {outside_close} \
+                 标出外部内容，{summary} 是此前对话的摘要。它们来自程序，不是用户说的话；不要复述。"
+            )),
+        }
+    }
+
+    /// `[Thu 24 Sep]`, `[Do 24. Sep]`, `[9月24日 周四]`.
+    pub(super) fn day_line(self, date: NaiveDate) -> String {
+        match self {
+            Locale::English => format!("[{}]", date.format("%a %-d %b")),
+            Locale::German => format!(
+                "[{} {}. {}]",
+                de_weekday(date).get(..2).unwrap_or_default(),
+                date.day(),
+                DE_MONTHS_SHORT[date.month0() as usize]
+            ),
+            Locale::Chinese => format!("[{}月{}日 {}]", date.month(), date.day(), zh_weekday(date)),
+        }
+    }
+
+    pub(super) fn time_line(self, now: DateTime<FixedOffset>) -> String {
+        match self {
+            Locale::English => {
+                format!("Local time: {}", now.format("%A %-d %B %Y, %H:%M (UTC%:z)"))
+            }
+            Locale::German => format!(
+                "Ortszeit: {}, {}. {} {}, {} (UTC{})",
+                de_weekday(now.date_naive()),
+                now.day(),
+                DE_MONTHS[now.month0() as usize],
+                now.year(),
+                now.format("%H:%M"),
+                now.format("%:z")
+            ),
+            Locale::Chinese => format!(
+                "当地时间：{}年{}月{}日 {} {} (UTC{})",
+                now.year(),
+                now.month(),
+                now.day(),
+                zh_weekday(now.date_naive()),
+                now.format("%H:%M"),
+                now.format("%:z")
+            ),
+        }
+    }
+
+    /// "Interaction: spoken, hands-free".
+    pub(super) fn mode_line(self, mode: Mode) -> String {
+        match self {
+            Locale::English => format!("Interaction: {}", mode.describe()),
+            Locale::German => format!(
+                "Interaktion: {}",
+                match mode {
+                    Mode::Typed => "getippt",
+                    Mode::PushToTalk => "gesprochen, per Sprechtaste",
+                    Mode::HandsFree => "gesprochen, freihändig",
+                    Mode::Wake => "gesprochen, nach dem Aktivierungswort",
+                }
+            ),
+            Locale::Chinese => format!(
+                "交互方式：{}",
+                match mode {
+                    Mode::Typed => "打字",
+                    Mode::PushToTalk => "语音，按键说话",
+                    Mode::HandsFree => "语音，免提",
+                    Mode::Wake => "语音，唤醒词之后",
+                }
+            ),
+        }
+    }
+
+    /// Where the previous answer was cut, with the words the user heard.
+    pub(super) fn cut_line(self, cut: &Cut) -> String {
+        match (self, cut) {
+            (Locale::English, Cut::After(prefix)) => format!(
+                "Previous answer: cut off while spoken, after \"{prefix}\"; the user did not hear the rest"
+            ),
+            (Locale::English, Cut::BeforeAnyWord) => {
+                "Previous answer: cut off before any of it was heard".to_string()
+            }
+            (Locale::English, Cut::NoAnswer) => {
+                "Previous question: stopped with no answer at all".to_string()
+            }
+            (Locale::German, Cut::After(prefix)) => format!(
+                "Vorige Antwort: beim Sprechen unterbrochen, nach „{prefix}“; den Rest hat der Nutzer nicht gehört"
+            ),
+            (Locale::German, Cut::BeforeAnyWord) => {
+                "Vorige Antwort: unterbrochen, bevor etwas davon zu hören war".to_string()
+            }
+            (Locale::German, Cut::NoAnswer) => {
+                "Vorige Frage: angehalten, ganz ohne Antwort".to_string()
+            }
+            (Locale::Chinese, Cut::After(prefix)) => {
+                format!("上一个回答：朗读时在“{prefix}”之后被打断；用户没有听到其余部分")
+            }
+            (Locale::Chinese, Cut::BeforeAnyWord) => {
+                "上一个回答：在用户听到任何内容之前被打断".to_string()
+            }
+            (Locale::Chinese, Cut::NoAnswer) => "上一个问题：已停止，没有任何回答".to_string(),
+        }
+    }
+
+    /// The question Jarvis waits for the user to answer, and what their yes does.
+    pub(super) fn confirmation_line(self, pending: &Confirmation) -> String {
+        match (self, pending) {
+            (Locale::English, Confirmation::Forget(question)) => format!(
+                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
+                 forget_fact with that id and confirm: true; otherwise the fact is kept)"
+            ),
+            (Locale::English, Confirmation::Remember(question)) => format!(
+                "Waiting for the user to confirm: {question} (proposed after reading content from \
+                 outside, not by the user; if this message says yes to it, call remember_fact with \
+                 that fact and confirm: true; otherwise it is not stored)"
+            ),
+            (Locale::English, Confirmation::Tool { question, name }) => format!(
+                "Waiting for the user to confirm: {question} (if this message says yes to it, call \
+                 {name} again with the same arguments; otherwise it is not run)"
+            ),
+            (Locale::German, Confirmation::Forget(question)) => format!(
+                "Wartet auf die Bestätigung des Nutzers: {question} (sagt diese Nachricht ja dazu, \
+                 rufe forget_fact mit dieser id und confirm: true auf; sonst bleibt die Tatsache \
+                 gespeichert)"
+            ),
+            (Locale::German, Confirmation::Remember(question)) => format!(
+                "Wartet auf die Bestätigung des Nutzers: {question} (vorgeschlagen nach dem Lesen \
+                 von Inhalt von außen, nicht vom Nutzer; sagt diese Nachricht ja dazu, rufe \
+                 remember_fact mit dieser Tatsache und confirm: true auf; sonst wird sie nicht \
+                 gespeichert)"
+            ),
+            (Locale::German, Confirmation::Tool { question, name }) => format!(
+                "Wartet auf die Bestätigung des Nutzers: {question} (sagt diese Nachricht ja dazu, \
+                 rufe {name} noch einmal mit denselben Argumenten auf; sonst läuft es nicht)"
+            ),
+            (Locale::Chinese, Confirmation::Forget(question)) => format!(
+                "等待用户确认：{question}（如果这条消息表示同意，就用这个 id 和 confirm: true 调用 \
+                 forget_fact；否则保留这条事实）"
+            ),
+            (Locale::Chinese, Confirmation::Remember(question)) => format!(
+                "等待用户确认：{question}（这是读了外部内容之后提出的，不是用户提出的；如果这条消息\
+                 表示同意，就用这条事实和 confirm: true 调用 remember_fact；否则不保存）"
+            ),
+            (Locale::Chinese, Confirmation::Tool { question, name }) => format!(
+                "等待用户确认：{question}（如果这条消息表示同意，就用同样的参数再次调用 {name}；\
+                 否则不运行）"
+            ),
+        }
+    }
+
+    /// "Actions still running: 2".
+    pub(super) fn running_line(self, running: usize) -> String {
+        match self {
+            Locale::English => format!("Actions still running: {running}"),
+            Locale::German => format!("Noch laufende Aktionen: {running}"),
+            Locale::Chinese => format!("仍在进行的操作：{running}"),
+        }
+    }
+}
+
+const DE_MONTHS: [&str; 12] = [
+    "Januar",
+    "Februar",
+    "März",
+    "April",
+    "Mai",
+    "Juni",
+    "Juli",
+    "August",
+    "September",
+    "Oktober",
+    "November",
+    "Dezember",
+];
+
+const DE_MONTHS_SHORT: [&str; 12] = [
+    "Jan", "Feb", "Mär", "Apr", "Mai", "Jun", "Jul", "Aug", "Sep", "Okt", "Nov", "Dez",
+];
+
+fn de_weekday(date: NaiveDate) -> &'static str {
+    [
+        "Montag",
+        "Dienstag",
+        "Mittwoch",
+        "Donnerstag",
+        "Freitag",
+        "Samstag",
+        "Sonntag",
+    ][date.weekday().num_days_from_monday() as usize]
+}
+
+fn zh_weekday(date: NaiveDate) -> &'static str {
+    ["周一", "周二", "周三", "周四", "周五", "周六", "周日"]
+        [date.weekday().num_days_from_monday() as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_language_comes_from_the_setting_or_a_locale_tag() {
+        assert_eq!(Locale::of_tag("de_DE.UTF-8"), Some(Locale::German));
+        assert_eq!(Locale::of_tag("zh_CN.UTF-8"), Some(Locale::Chinese));
+        assert_eq!(Locale::of_tag("zh-Hans"), Some(Locale::Chinese));
+        assert_eq!(Locale::of_tag("en_GB"), Some(Locale::English));
+        assert_eq!(Locale::of_tag("C.UTF-8"), None);
+        assert_eq!(Locale::of_tag("fr_FR"), None);
+        assert_eq!(Locale::of(Language::De), Locale::German);
+        assert_eq!(Locale::of(Language::Zh), Locale::Chinese);
+        assert_eq!(Locale::of(Language::En), Locale::English);
+        let settings = crate::config::Settings::parse(
+            "[general]\nlanguage = \"zh\"\n",
+            std::path::Path::new("settings.toml"),
+        )
+        .unwrap();
+        assert_eq!(settings.general.language, Language::Zh);
+        let err = crate::config::Settings::parse(
+            "[general]\nlanguage = \"fr\"\n",
+            std::path::Path::new("settings.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("language") && err.contains("`zh`"), "{err}");
+    }
+}
