@@ -202,12 +202,16 @@ fn strip(text: &str) -> String {
 fn looks_like_day(tag: &str) -> bool {
     const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
     const TAGE: [&str; 7] = ["Mo", "Di", "Mi", "Do", "Fr", "Sa", "So"];
+    const MONATE: [&str; 12] = [
+        "Jan", "Feb", "Mär", "Apr", "Mai", "Jun", "Jul", "Aug", "Sep", "Okt", "Nov", "Dez",
+    ];
     let words: Vec<&str> = tag.split(' ').collect();
     let english = DAYS.iter().any(|d| tag.starts_with(d)) && words.len() == 3;
     let german = words.len() == 3
         && TAGE.contains(&words[0])
         && words[1].ends_with('.')
-        && words[1][..words[1].len() - 1].parse::<u32>().is_ok();
+        && words[1][..words[1].len() - 1].parse::<u32>().is_ok()
+        && MONATE.contains(&words[2]);
     let chinese = tag.contains('月') && tag.contains('日') && tag.contains('周');
     english || german || chinese
 }
@@ -261,6 +265,7 @@ mod tests {
         assert_eq!(strip_envelopes("[9月24日 周四] 巴黎。"), "巴黎。");
         assert_eq!(neutralise("[Do 24. Sep] hi"), "(Do 24. Sep) hi");
         assert_eq!(strip_envelopes("[Do it] now"), "[Do it] now");
+        assert_eq!(strip_envelopes("[So 1. Klasse] ok"), "[So 1. Klasse] ok");
     }
 
     #[test]

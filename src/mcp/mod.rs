@@ -690,16 +690,15 @@ impl Servers {
         if let Some(err) = self.held_back(&name) {
             return Err(err);
         }
+        // Shown starting from now until its outcome is in place (cleared however the start
+        // ends: its caller may stop waiting for it).
+        let _starting = Starting::of(slot);
         slot.put(&mut held, None);
-        let started = {
-            // (Cleared however the start ends: its caller may stop waiting for it.)
-            let _starting = Starting::of(slot);
-            tokio::select! {
-                started = self.start(&settings) => started,
-                // Jarvis quits: a server still starting (a launcher downloading it, one that
-                // never shakes hands) is not waited for.
-                () = self.stopping.cancelled() => Err(McpError::Stopped),
-            }
+        let started = tokio::select! {
+            started = self.start(&settings) => started,
+            // Jarvis quits: a server still starting (a launcher downloading it, one that never
+            // shakes hands) is not waited for.
+            () = self.stopping.cancelled() => Err(McpError::Stopped),
         };
         if self.stopped.load(Ordering::SeqCst) {
             // Stopped while it started: it ends here (its process with its handle).

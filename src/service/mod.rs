@@ -566,7 +566,11 @@ fn kept_in<'s>(db: &'s Store, memory: &'s Store, in_memory: bool) -> &'s Store {
 /// that what they say next is their reply to it.
 pub fn asks_the_user(answer: &str) -> bool {
     let end = answer.trim_end_matches(|c: char| {
-        c.is_whitespace() || matches!(c, '*' | '_' | '"' | '\'' | '”' | '’' | ')')
+        c.is_whitespace()
+            || matches!(
+                c,
+                '*' | '_' | '"' | '\'' | '”' | '’' | ')' | '“' | '«' | '»' | '」' | '』' | '）'
+            )
     });
     end.ends_with(['?', '？'])
 }
@@ -1023,6 +1027,8 @@ mod tests {
             "Which one do you mean? **Bruno** or **Max?**\n"
         ));
         assert!(super::asks_the_user("要我设置吗？"));
+        assert!(super::asks_the_user("Er fragt: „Soll ich ihn stellen?“"));
+        assert!(super::asks_the_user("他问：「要我设置吗？」"));
         assert!(!super::asks_the_user("Why? Because it rains."));
         assert!(!super::asks_the_user(""));
     }

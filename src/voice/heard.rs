@@ -270,13 +270,20 @@ fn edits_to_a_stretch(said: &[String], answer: &[String]) -> usize {
 /// Whether `said` is mostly one run of a recent answer: at least 3 words, at least 80 % of them
 /// matching one contiguous stretch of the answer.
 pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
-    if said.len() < 3 {
+    // Characters of Chinese are words here, and about two make one: a short quote of the answer
+    // ("二十五度？", "25 degrees?") is the user's, as it is in English.
+    let least = if said.iter().all(|w| w.chars().all(is_unspaced)) {
+        6
+    } else {
+        3
+    };
+    if said.len() < least {
         return false;
     }
     recent_answers.iter().any(|answer| {
         let edits = edits_to_a_stretch(said, &words(answer));
         let matched = said.len().saturating_sub(edits);
-        matched >= 3 && matched * 5 >= said.len() * 4
+        matched >= least && matched * 5 >= said.len() * 4
     })
 }
 
@@ -469,6 +476,11 @@ mod tests {
         };
         assert_eq!(classify("北京明天晴，最高气温", &speaking), Heard::Echo);
         assert_eq!(classify("上海明天会下雨吗？", &speaking), Heard::Question);
+        assert_eq!(
+            classify("二十五度？", &speaking),
+            Heard::Question,
+            "a short quote of the answer is the user's"
+        );
     }
 
     #[test]
