@@ -348,7 +348,7 @@ fn listen(
     let played = playback
         .map(|path| voice::Clip::from_wav_file(path)?.resampled(voice::SAMPLE_RATE))
         .transpose()?;
-    let whisper = voice::models::load_whisper(&models, settings.speech_model, settings.threads)?;
+    let whisper = voice::models::whisper_for(&models, settings, config.settings.general.language)?;
     let (transcriber, ungated) = voice::models::speech_gate(&models, Arc::new(whisper));
     if let Some(err) = ungated {
         eprintln!("warning: {err}; noise is judged by whisper alone");
@@ -466,9 +466,13 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Say { text, out } => {
             let voice = &config.settings.voice;
-            let (synthesizer, fallback) = voice::models::synthesizer(&config.model_dir(), voice);
+            let (synthesizer, fallback) = voice::models::synthesizer_in(
+                &config.model_dir(),
+                voice,
+                config.settings.general.language,
+            );
             if let Some(err) = fallback {
-                eprintln!("Piper's voice is not available ({err}); espeak-ng speaks instead");
+                eprintln!("Piper's voice is not used ({err}); espeak-ng speaks instead");
             }
             let clip = synthesizer.synthesize(&text.join(" "))?;
             std::fs::write(&out, clip.to_wav_bytes())

@@ -1510,3 +1510,85 @@ async fn on_speakers_in_a_room_its_own_thirty_second_answer_neither_ducks_it_nor
     assert!(heard.is_empty(), "it heard its own voice: {heard:?}");
     assert_eq!(rig.replies().await.len(), replies_before + 1);
 }
+
+/// Issue 29: with `[general] language = "de"`, `jarvis say` speaks German (espeak-ng's voice of
+/// the language: Piper's speaks English), and `jarvis listen` hears it with the multilingual model
+/// set to German — "Stopp." and "Hör auf." said alone stop, a question is a question. (Before,
+/// the English model or a language guessed per clip turned "Hör auf." into "eau", a question.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_german_jarvis_says_it_and_hears_stopp_and_hoer_auf_as_stops() {
+    let _one = SERIAL.lock().await;
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        "[general]\nlanguage = \"de\"\n\n[voice]\nthreads = 1\n",
+    )
+    .unwrap();
+    let say = |text: &'static str, name: &'static str| {
+        let dir = &dir;
+        async move {
+            let out = dir.path().join(name);
+            let mut cmd = jarvis(dir);
+            cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+            cmd.args(["say", "--out", out.to_str().unwrap(), text]);
+            let (code, _, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+            assert_eq!(code, 0, "{err}");
+            assert!(err.contains("espeak-ng speaks German"), "{err}");
+            Clip::from_wav_file(&out)
+                .unwrap()
+                .resampled(jarvis::voice::SAMPLE_RATE)
+                .unwrap()
+        }
+    };
+    let session = silence(500)
+        .then(&say("Wie spät ist es jetzt in Berlin?", "frage.wav").await)
+        .then(&silence(1800))
+        .then(&say("Stopp.", "stopp.wav").await)
+        .then(&silence(1800))
+        .then(&say("Hör auf.", "hoer.wav").await)
+        .then(&silence(1800));
+    let wav = dir.path().join("deutsch.wav");
+    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args([
+        "listen",
+        "--wav",
+        wav.to_str().unwrap(),
+        "--mode",
+        "hands_free",
+    ]);
+    let (code, out, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    let verdicts: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["heard"].to_string())
+        .collect();
+    assert_eq!(verdicts, ["\"question\"", "\"stop\"", "\"stop\""], "{out}");
+
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.arg("doctor");
+    let (_, report, _) = output_within(SPEECH_LIMIT, &mut cmd).await;
+    assert!(
+        report.contains(
+            "language: German ([general] language = de): heard by Whisper base (installed), \
+             spoken by espeak-ng's de voice; the wake word stays \"Hey Jarvis\""
+        ),
+        "{report}"
+    );
+
+    // Without the multilingual model: a clear message with the command that installs it.
+    let empty = tempfile::tempdir().unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", empty.path());
+    cmd.args(["listen", "--wav", wav.to_str().unwrap()]);
+    let (code, _, err) = output(&mut cmd).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(
+            "the speech model that hears German (Whisper base, multilingual) is not installed"
+        ) && err.contains("run scripts/models base"),
+        "{err}"
+    );
+}

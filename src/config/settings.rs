@@ -607,6 +607,61 @@ pub enum Language {
     Zh,
 }
 
+impl Language {
+    /// The language in force: `auto` resolved from `LC_ALL`, `LC_MESSAGES` or `LANG` (the first
+    /// set) — German or Chinese where it says so, English otherwise.
+    pub fn resolved(self) -> Language {
+        if self != Language::Auto {
+            return self;
+        }
+        let tag = ["LC_ALL", "LC_MESSAGES", "LANG"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+            .unwrap_or_default();
+        Language::of_tag(&tag).unwrap_or(Language::En)
+    }
+
+    /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`), if it is
+    /// one of Jarvis's.
+    pub fn of_tag(tag: &str) -> Option<Language> {
+        let tag = tag.trim().to_ascii_lowercase();
+        match tag.split(['_', '-', '.', '@']).next().unwrap_or_default() {
+            "en" => Some(Language::En),
+            "de" => Some(Language::De),
+            "zh" => Some(Language::Zh),
+            _ => None,
+        }
+    }
+
+    /// Its name, in English (for messages).
+    pub fn name(self) -> &'static str {
+        match self.resolved() {
+            Language::De => "German",
+            Language::Zh => "Chinese",
+            _ => "English",
+        }
+    }
+
+    /// Whisper's code for it (`en`, `de`, `zh`), the language every utterance is transcribed in
+    /// (never guessed per utterance: a short clip flips).
+    pub fn whisper_code(self) -> &'static str {
+        match self.resolved() {
+            Language::De => "de",
+            Language::Zh => "zh",
+            _ => "en",
+        }
+    }
+
+    /// espeak-ng's voice for it (`en-us`, `de`, `cmn`).
+    pub fn espeak_voice(self) -> &'static str {
+        match self.resolved() {
+            Language::De => "de",
+            Language::Zh => "cmn",
+            _ => "en-us",
+        }
+    }
+}
+
 /// Everything the settings file holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]

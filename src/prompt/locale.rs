@@ -24,33 +24,15 @@ impl Locale {
     /// From `LC_ALL`, `LC_MESSAGES` or `LANG`, the first one set (`de_DE.UTF-8`, `zh_CN`…);
     /// English for any other.
     pub fn from_env() -> Locale {
-        let lang = ["LC_ALL", "LC_MESSAGES", "LANG"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-            .unwrap_or_default();
-        Locale::of_tag(&lang).unwrap_or(Locale::English)
-    }
-
-    /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`), if it is one
-    /// of Jarvis's.
-    pub fn of_tag(tag: &str) -> Option<Locale> {
-        let tag = tag.trim().to_ascii_lowercase();
-        let primary = tag.split(['_', '-', '.', '@']).next().unwrap_or_default();
-        match primary {
-            "en" => Some(Locale::English),
-            "de" => Some(Locale::German),
-            "zh" => Some(Locale::Chinese),
-            _ => None,
-        }
+        Locale::of(Language::Auto)
     }
 
     /// The language the settings choose (`auto`: the environment's).
     pub fn of(language: Language) -> Locale {
-        match language {
-            Language::Auto => Locale::from_env(),
-            Language::En => Locale::English,
+        match language.resolved() {
             Language::De => Locale::German,
             Language::Zh => Locale::Chinese,
+            _ => Locale::English,
         }
     }
 
@@ -297,12 +279,16 @@ mod tests {
 
     #[test]
     fn the_language_comes_from_the_setting_or_a_locale_tag() {
-        assert_eq!(Locale::of_tag("de_DE.UTF-8"), Some(Locale::German));
-        assert_eq!(Locale::of_tag("zh_CN.UTF-8"), Some(Locale::Chinese));
-        assert_eq!(Locale::of_tag("zh-Hans"), Some(Locale::Chinese));
-        assert_eq!(Locale::of_tag("en_GB"), Some(Locale::English));
-        assert_eq!(Locale::of_tag("C.UTF-8"), None);
-        assert_eq!(Locale::of_tag("fr_FR"), None);
+        assert_eq!(Language::of_tag("de_DE.UTF-8"), Some(Language::De));
+        assert_eq!(Language::of_tag("zh_CN.UTF-8"), Some(Language::Zh));
+        assert_eq!(Language::of_tag("zh-Hans"), Some(Language::Zh));
+        assert_eq!(Language::of_tag("en_GB"), Some(Language::En));
+        assert_eq!(Language::of_tag("C.UTF-8"), None);
+        assert_eq!(Language::of_tag("fr_FR"), None);
+        assert_eq!(
+            (Language::De.whisper_code(), Language::Zh.espeak_voice()),
+            ("de", "cmn")
+        );
         assert_eq!(Locale::of(Language::De), Locale::German);
         assert_eq!(Locale::of(Language::Zh), Locale::Chinese);
         assert_eq!(Locale::of(Language::En), Locale::English);

@@ -246,7 +246,39 @@ fn rules(config: &Config, report: &mut Report) {
 fn voice_parts(config: &Config, report: &mut Report) {
     let s = &config.settings.voice;
     let models = config.model_dir();
-    let speech = voice::models::speech_model_file(&models, s.speech_model);
+    let language = config.settings.general.language;
+    let choice = voice::models::speech_model_for(s.speech_model, language);
+    let speech = voice::models::speech_model_file(&models, choice);
+    report.found(
+        "language",
+        format!(
+            "{} ([general] language = {}): heard by Whisper {} ({}), spoken by {}; the wake word \
+             stays \"Hey Jarvis\"",
+            language.name(),
+            match language {
+                crate::config::Language::Auto => "auto, from the locale",
+                crate::config::Language::En => "en",
+                crate::config::Language::De => "de",
+                crate::config::Language::Zh => "zh",
+            },
+            match choice {
+                crate::config::SpeechModel::TinyEn => "tiny.en",
+                crate::config::SpeechModel::Base => "base",
+            },
+            if speech.is_file() {
+                "installed".to_string()
+            } else if choice == crate::config::SpeechModel::Base {
+                format!("missing: run scripts/models base ({})", speech.display())
+            } else {
+                format!("missing: run scripts/models voice ({})", speech.display())
+            },
+            if language.resolved() == crate::config::Language::En {
+                "the voice the settings choose".to_string()
+            } else {
+                format!("espeak-ng's {} voice", language.espeak_voice())
+            }
+        ),
+    );
     let wake = voice::models::wake_factory(&models);
     let espeak = voice::Espeak::new(&s.tts_voice, s.tts_speed).available();
     report.found("speaking voice", speaking_voice(&models, s, espeak));
@@ -280,11 +312,11 @@ fn voice_parts(config: &Config, report: &mut Report) {
         format!(
             "speech model {} ({}); wake word {}; espeak-ng {}",
             speech.display(),
-            if !speech.is_file() {
+            if !speech.is_file() && choice == crate::config::SpeechModel::Base {
+                "missing: run scripts/models base"
+            } else if !speech.is_file() {
                 "missing: run scripts/models voice"
-            } else if speech.file_name().and_then(|n| n.to_str())
-                == s.speech_model.earlier_file_name()
-            {
+            } else if speech.file_name().and_then(|n| n.to_str()) == choice.earlier_file_name() {
                 "installed, the earlier half-precision file: scripts/models voice installs the \
                  8-bit one, 34 MB lighter in memory and faster"
             } else {

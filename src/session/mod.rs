@@ -505,6 +505,7 @@ impl Session {
             None
         };
         let voice_changed = old.voice.speech_model != new.voice.speech_model
+            || old.general.language != new.general.language
             || old.voice.wake_threshold != new.voice.wake_threshold
             || old.voice.input_device != new.voice.input_device
             || old.voice.tts != new.voice.tts

@@ -34,7 +34,8 @@ pub fn device_parts() -> PartsMaker {
     Arc::new(|config: &Config| {
         let voice = &config.settings.voice;
         let models_dir = config.model_dir();
-        let whisper = models::lazy_whisper(&models_dir, voice.speech_model, voice.threads)?;
+        let language = config.settings.general.language;
+        let whisper = models::lazy_whisper_for(&models_dir, voice, language)?;
         let (transcriber, ungated) = models::speech_gate(&models_dir, Arc::new(whisper));
         if let Some(err) = ungated {
             tracing::warn!(%err, "the speech detector is not available; whisper judges noise alone");
@@ -50,9 +51,9 @@ pub fn device_parts() -> PartsMaker {
                 None
             }
         };
-        let (synthesizer, fallback) = models::synthesizer(&models_dir, voice);
+        let (synthesizer, fallback) = models::synthesizer_in(&models_dir, voice, language);
         if let Some(err) = fallback {
-            tracing::warn!(%err, "Piper's voice is not available; espeak-ng speaks instead");
+            tracing::warn!(%err, "Piper's voice is not used; espeak-ng speaks instead");
         }
         let sink: Arc<dyn AudioSink> = match RodioSink::open() {
             Ok(sink) => Arc::new(sink),

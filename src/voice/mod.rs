@@ -130,6 +130,20 @@ pub enum VoiceError {
         /// Where it was looked for.
         path: String,
     },
+    /// The speech model that hears the user's language is not installed.
+    #[error("the speech model that hears {language} (Whisper base, multilingual) is not installed: {path} is missing (run scripts/models base)")]
+    LanguageModelMissing {
+        /// The language.
+        language: &'static str,
+        /// Where it was looked for.
+        path: String,
+    },
+    /// Piper's voice speaks English only.
+    #[error("Piper's voice speaks English; espeak-ng speaks {language}")]
+    NoVoiceFor {
+        /// The language.
+        language: &'static str,
+    },
     /// A model file exists but could not be loaded.
     #[error("{what} could not be loaded from {path}: {reason}")]
     ModelBroken {

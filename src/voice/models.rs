@@ -20,6 +20,56 @@ pub fn speech_model_file(models: &Path, choice: crate::config::SpeechModel) -> P
     }
 }
 
+/// The speech model that hears `language`: the one the settings choose for English; for any
+/// other, Whisper base (multilingual) — tiny.en hears English only.
+pub fn speech_model_for(
+    choice: crate::config::SpeechModel,
+    language: crate::config::Language,
+) -> crate::config::SpeechModel {
+    if language.resolved() == crate::config::Language::En {
+        choice
+    } else {
+        crate::config::SpeechModel::Base
+    }
+}
+
+/// The file of the speech model that hears `language`; missing, an error that names the
+/// language and the command that installs it.
+fn speech_model_path(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> Result<PathBuf, VoiceError> {
+    let path = speech_model_file(models, speech_model_for(voice.speech_model, language));
+    if !path.is_file() && language.resolved() != crate::config::Language::En {
+        return Err(VoiceError::LanguageModelMissing {
+            language: language.name(),
+            path: path.display().to_string(),
+        });
+    }
+    Ok(path)
+}
+
+/// Loads the speech model that hears `language`, set to transcribe in it.
+pub fn whisper_for(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> Result<Whisper, VoiceError> {
+    let path = speech_model_path(models, voice, language)?;
+    Ok(Whisper::load(&path, voice.threads)?.hearing(language.whisper_code()))
+}
+
+/// [`whisper_for`], loaded the first time the microphone opens.
+pub fn lazy_whisper_for(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> Result<LazyWhisper, VoiceError> {
+    let path = speech_model_path(models, voice, language)?;
+    Ok(LazyWhisper::new(&path, voice.threads)?.hearing(language.whisper_code()))
+}
+
 /// Loads the speech model.
 pub fn load_whisper(
     models: &Path,
@@ -90,10 +140,32 @@ pub fn synthesizer(
     models: &Path,
     voice: &VoiceSettings,
 ) -> (Arc<dyn Synthesizer>, Option<VoiceError>) {
-    let espeak =
-        || Arc::new(Espeak::new(&voice.tts_voice, voice.tts_speed)) as Arc<dyn Synthesizer>;
+    synthesizer_in(models, voice, crate::config::Language::En)
+}
+
+/// The voice that speaks `language`: Piper's (which speaks English) or espeak-ng as the
+/// settings say for English; for any other, espeak-ng's voice of that language where the
+/// settings name none of their own.
+pub fn synthesizer_in(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> (Arc<dyn Synthesizer>, Option<VoiceError>) {
+    let english = language.resolved() == crate::config::Language::En;
+    let espeak_voice = if english || !voice.tts_voice.starts_with("en") {
+        voice.tts_voice.clone()
+    } else {
+        language.espeak_voice().to_string()
+    };
+    let espeak = || Arc::new(Espeak::new(&espeak_voice, voice.tts_speed)) as Arc<dyn Synthesizer>;
     match voice.tts {
         TtsEngine::Espeak => (espeak(), None),
+        TtsEngine::Piper if !english => (
+            espeak(),
+            Some(VoiceError::NoVoiceFor {
+                language: language.name(),
+            }),
+        ),
         TtsEngine::Piper => match load_piper(models, voice.tts_speed) {
             Ok(piper) => (Arc::new(piper), None),
             Err(err) => (espeak(), Some(err)),

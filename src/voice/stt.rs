@@ -42,6 +42,7 @@ pub trait Transcriber: Send + Sync {
 pub struct LazyWhisper {
     path: std::path::PathBuf,
     threads: usize,
+    language: &'static str,
     loaded: std::sync::OnceLock<Result<Whisper, String>>,
 }
 
@@ -57,13 +58,25 @@ impl LazyWhisper {
         Ok(LazyWhisper {
             path: path.to_path_buf(),
             threads,
+            language: "en",
             loaded: std::sync::OnceLock::new(),
         })
     }
 
+    /// This Whisper, transcribing in `language` (whisper's code: `en`, `de`, `zh`) where its
+    /// model is multilingual.
+    pub fn hearing(mut self, language: &'static str) -> LazyWhisper {
+        self.language = language;
+        self
+    }
+
     fn get(&self) -> Result<&Whisper, VoiceError> {
         self.loaded
-            .get_or_init(|| Whisper::load(&self.path, self.threads).map_err(|e| e.to_string()))
+            .get_or_init(|| {
+                Whisper::load(&self.path, self.threads)
+                    .map(|w| w.hearing(self.language))
+                    .map_err(|e| e.to_string())
+            })
             .as_ref()
             .map_err(|reason| VoiceError::Transcribe(reason.clone()))
     }
@@ -92,6 +105,8 @@ pub struct Whisper {
     state: Mutex<Option<WhisperState>>,
     threads: i32,
     english_only: bool,
+    /// The language every utterance is transcribed in, where the model is multilingual.
+    language: &'static str,
     /// Whether an unsure decoding is tried again warmer (off only for the benchmark's baseline).
     safeguards: bool,
     /// Whether a decoding is stopped at what a person could have said (off only for the
@@ -209,9 +224,22 @@ impl Whisper {
             state: Mutex::new(Some(state)),
             threads: threads.clamp(1, 16) as i32,
             english_only,
+            language: "en",
             safeguards: true,
             token_cap: true,
         })
+    }
+
+    /// This Whisper, transcribing in `language` (whisper's code: `en`, `de`, `zh`) — never
+    /// guessed per utterance, which flips on short clips. An English-only model hears English.
+    pub fn hearing(mut self, language: &'static str) -> Whisper {
+        self.language = language;
+        self
+    }
+
+    /// Whether its model hears languages other than English.
+    pub fn multilingual(&self) -> bool {
+        !self.english_only
     }
 
     /// Whisper as it ran before its safeguards were used: one greedy decoding, never tried
@@ -348,26 +376,32 @@ impl Whisper {
         params.set_logprob_thold(-1.0);
         params.set_entropy_thold(2.4);
         params.set_no_speech_thold(0.6);
-        if self.english_only {
-            params.set_language(Some("en"));
+        params.set_language(Some(if self.english_only {
+            "en"
         } else {
-            params.set_language(Some("auto"));
-        }
+            self.language
+        }));
         state
             .full(params, audio)
             .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
-        let mut text = String::new();
+        // The segments' bytes joined before they are read as text: a character of more than
+        // one byte (an umlaut, a Chinese character) may be split between two of them.
+        let mut bytes: Vec<u8> = Vec::new();
         let mut no_speech: f32 = 0.0;
         let mut tokens = 0;
         for segment in state.as_iter() {
             let piece = segment
-                .to_str_lossy()
+                .to_bytes()
                 .map_err(|e| VoiceError::Transcribe(e.to_string()))?;
-            text.push_str(&piece);
+            bytes.extend_from_slice(piece);
             no_speech = no_speech.max(segment.no_speech_probability());
             tokens = tokens.max(segment.n_tokens());
         }
-        Ok((text, no_speech, tokens))
+        Ok((
+            String::from_utf8_lossy(&bytes).into_owned(),
+            no_speech,
+            tokens,
+        ))
     }
 }
 
