@@ -803,15 +803,7 @@ impl Servers {
                     ));
                 }
             };
-            let listed = client
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|err| McpError::Failed {
-                    server: name.clone(),
-                    what: "the tool list".into(),
-                    reason: said.explain(err.to_string()),
-                })?;
+            let listed = tool_list(&client, &name, &said).await?;
             Ok::<_, McpError>((client, listed))
         })
         .await;
@@ -848,15 +840,7 @@ impl Servers {
                     why_not(&err)
                 ))
             })?;
-            let listed = client
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|err| McpError::Failed {
-                    server: name.clone(),
-                    what: "the tool list".into(),
-                    reason: err.to_string(),
-                })?;
+            let listed = tool_list(&client, &name, &Said::default()).await?;
             Ok::<_, McpError>((client, listed))
         })
         .await;
@@ -873,6 +857,23 @@ impl Servers {
         tracing::info!(server = %name, "MCP server reached");
         Ok(Running::new(client, tools_of(listed), Said::default()))
     }
+}
+
+/// A server's tools, listed once its handshake is done; a failure named with what it said.
+async fn tool_list(
+    client: &RunningService<RoleClient, Watch>,
+    name: &str,
+    said: &Said,
+) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    client
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|err| McpError::Failed {
+            server: name.to_string(),
+            what: "the tool list".into(),
+            reason: said.explain(err.to_string()),
+        })
 }
 
 /// The tools a server listed, as Jarvis keeps them.
