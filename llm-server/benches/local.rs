@@ -278,15 +278,29 @@ async fn new_chat_first_token(path: &Path, server: &Path) -> (f64, f64, u64) {
         let mut events = backend.stream(load);
         while events.next().await.is_some() {}
         if warmed {
-            let request =
-                jarvis::prompt::warm_request(&store, None, "Ada", rules, &model, max_tokens)
-                    .expect("the warm-up");
+            let request = jarvis::prompt::warm_request(
+                &store,
+                None,
+                "Ada",
+                rules,
+                &model,
+                max_tokens,
+                jarvis::prompt::Locale::English,
+            )
+            .expect("the warm-up");
             let mut events = backend.stream(request);
             while events.next().await.is_some() {}
         }
-        let mut asked =
-            jarvis::prompt::warm_request(&store, None, "Ada", rules, &model, max_tokens)
-                .expect("the request");
+        let mut asked = jarvis::prompt::warm_request(
+            &store,
+            None,
+            "Ada",
+            rules,
+            &model,
+            max_tokens,
+            jarvis::prompt::Locale::English,
+        )
+        .expect("the request");
         asked.prefill = false;
         let (history, _) =
             jarvis::prompt::next_question(&store, None, question).expect("the question");
