@@ -2,7 +2,7 @@
 //! take (ts-rs reads their serde attributes and doc comments). This test fails when the file is
 //! stale; `JARVIS_WRITE_TYPES=1 cargo test --test page_types` writes it anew.
 
-use jarvis::config::{BackendKind, ListenMode, SpeechModel, Theme, TtsEngine};
+use jarvis::config::{BackendKind, Language, ListenMode, SpeechModel, Theme, TtsEngine};
 use jarvis::service::{
     Activity, VoiceNotice, VoiceStatus, VoiceTicket, VoiceUpdate, WaitingQuestion,
 };
@@ -130,6 +130,7 @@ fn generated() -> String {
     declare::<BackendKind>(&cfg, out);
     declare::<Theme>(&cfg, out);
     declare::<SpeechModel>(&cfg, out);
+    declare::<Language>(&cfg, out);
     declare::<TtsEngine>(&cfg, out);
     declare::<StartupProblem>(&cfg, out);
     declare::<AppInfo>(&cfg, out);

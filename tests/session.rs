@@ -169,6 +169,7 @@ fn form_of(settings: &Settings) -> SettingsForm {
         save_conversations: settings.voice.save_conversations,
         wake_while_hidden: settings.voice.wake_while_hidden,
         speech_model: settings.voice.speech_model,
+        language: settings.general.language,
         wake_threshold: settings.voice.wake_threshold,
         tts: settings.voice.tts,
         tts_speed: settings.voice.tts_speed,
@@ -284,6 +285,32 @@ async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_
     let received = rig.stub.received();
     let model = received.last().unwrap().body["model"].clone();
     assert_eq!(model, "a-better-model");
+
+    // The language: written, said which model hears it, and the next request wrapped in it.
+    let mut form = rig.form();
+    form.language = jarvis::config::Language::De;
+    let applied = rig.session.apply(form).await.unwrap();
+    assert!(applied.voice, "the voice hears it now: {applied:?}");
+    assert!(
+        rig.file().contains("[general]\nlanguage = \"de\""),
+        "{}",
+        rig.file()
+    );
+    let view = rig.session.view().await;
+    assert!(
+        view.language_note
+            .starts_with("German: heard by Whisper base (")
+            && view
+                .language_note
+                .ends_with("), spoken by espeak-ng's de voice"),
+        "{}",
+        view.language_note
+    );
+    rig.stub.push(Script::text("Gut."));
+    rig.answered("Und jetzt?").await;
+    let received = rig.stub.received();
+    let body = received.last().unwrap().body["messages"].to_string();
+    assert!(body.contains("[Aktueller Stand | von der App"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,11 @@ pub struct SettingsView {
     pub listen_mode: ListenMode,
     /// The speech-to-text model.
     pub speech_model: SpeechModel,
+    /// The user's language.
+    pub language: crate::config::Language,
+    /// Which model hears that language and which voice speaks it, and whether the model is
+    /// installed.
+    pub language_note: String,
     /// The wake word's score threshold.
     pub wake_threshold: f32,
     /// The voice Jarvis speaks with.
@@ -103,6 +108,8 @@ impl SettingsView {
             earlier_conversations: s.memory.earlier_conversations,
             listen_mode: s.voice.mode,
             speech_model: s.voice.speech_model,
+            language: s.general.language,
+            language_note: language_note(config),
             wake_threshold: s.voice.wake_threshold,
             tts: s.voice.tts,
             tts_speed: s.voice.tts_speed,
@@ -159,6 +166,8 @@ pub struct SettingsForm {
     pub wake_while_hidden: bool,
     /// The speech-to-text model.
     pub speech_model: SpeechModel,
+    /// The user's language.
+    pub language: crate::config::Language,
     /// The wake word's score threshold (0.05–0.99).
     pub wake_threshold: f32,
     /// The voice Jarvis speaks with.
@@ -188,6 +197,35 @@ pub(crate) fn as_written(changes: &[Change]) -> Vec<(&[&'static str], Option<Set
         .iter()
         .map(|(keys, value)| (keys.as_slice(), value.clone()))
         .collect()
+}
+
+/// Which model hears the language of the settings and which voice speaks it: "German: heard by
+/// Whisper base (installed), spoken by espeak-ng's de voice".
+fn language_note(config: &Config) -> String {
+    let s = &config.settings;
+    let language = s.general.language;
+    let choice = crate::voice::models::speech_model_for(s.voice.speech_model, language);
+    let file = crate::voice::models::speech_model_file(&config.model_dir(), choice);
+    let model = match choice {
+        SpeechModel::TinyEn => "Whisper tiny.en",
+        SpeechModel::Base => "Whisper base",
+    };
+    let installed = if file.is_file() {
+        "installed".to_string()
+    } else if choice == SpeechModel::Base {
+        "not installed: scripts/models base".to_string()
+    } else {
+        "not installed: scripts/models voice".to_string()
+    };
+    let voice = if language.resolved() == crate::config::Language::En {
+        "the voice chosen below".to_string()
+    } else {
+        format!("espeak-ng's {} voice", language.espeak_voice())
+    };
+    format!(
+        "{}: heard by {model} ({installed}), spoken by {voice}",
+        language.name()
+    )
 }
 
 impl SettingsForm {
@@ -232,6 +270,12 @@ impl SettingsForm {
             TtsEngine::Piper => "piper",
             TtsEngine::Espeak => "espeak",
         };
+        let language = match self.language {
+            crate::config::Language::Auto => "auto",
+            crate::config::Language::En => "en",
+            crate::config::Language::De => "de",
+            crate::config::Language::Zh => "zh",
+        };
         let mut changes: Vec<Change> = vec![
             (vec!["backend"], text(section)),
             (vec![section, "model"], text(&self.model)),
@@ -250,6 +294,7 @@ impl SettingsForm {
                 Some(SettingValue::Bool(self.wake_while_hidden)),
             ),
             (vec!["voice", "speech_model"], text(speech_model)),
+            (vec!["general", "language"], text(language)),
             (
                 vec!["voice", "wake_threshold"],
                 Some(SettingValue::Float(f64::from(self.wake_threshold))),

@@ -6,7 +6,7 @@ import { api, message } from "./api";
 import { byId } from "./dom";
 import { microphoneOptions } from "./microphones";
 import { applyTheme } from "./theme";
-import type { BackendKind, MicrophoneList, SettingsView, SpeechModel, Theme, TtsEngine } from "./types";
+import type { BackendKind, Language, MicrophoneList, SettingsView, SpeechModel, Theme, TtsEngine } from "./types";
 
 let current: SettingsView | null = null;
 
@@ -76,6 +76,8 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-login").checked = current.start_at_login;
   byId<HTMLInputElement>("set-wake-hidden").checked = current.wake_while_hidden;
   byId<HTMLSelectElement>("set-speech").value = current.speech_model;
+  byId<HTMLSelectElement>("set-language").value = current.language;
+  byId("set-language-note").textContent = current.language_note;
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
   byId<HTMLSelectElement>("set-tts").value = current.tts;
   byId<HTMLInputElement>("set-speed").value = String(current.tts_speed);
@@ -109,6 +111,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         save_conversations: byId<HTMLInputElement>("set-save").checked,
         wake_while_hidden: byId<HTMLInputElement>("set-wake-hidden").checked,
         speech_model: byId<HTMLSelectElement>("set-speech").value as SpeechModel,
+        language: byId<HTMLSelectElement>("set-language").value as Language,
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
         tts: byId<HTMLSelectElement>("set-tts").value as TtsEngine,
         tts_speed: Number(byId<HTMLInputElement>("set-speed").value),

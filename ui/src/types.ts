@@ -266,6 +266,9 @@ export type Theme = "system" | "light" | "dark";
 /** The speech-to-text model. */
 export type SpeechModel = "tiny_en" | "base";
 
+/** The user's language. */
+export type Language = "auto" | "en" | "de" | "zh";
+
 /** Who speaks Jarvis's replies. */
 export type TtsEngine = "piper" | "espeak";
 
@@ -337,6 +340,13 @@ export type SettingsView = {
   listen_mode: ListenMode,
   /** The speech-to-text model. */
   speech_model: SpeechModel,
+  /** The user's language. */
+  language: Language,
+  /**
+   * Which model hears that language and which voice speaks it, and whether the model is
+   * installed.
+   */
+  language_note: string,
   /** The wake word's score threshold. */
   wake_threshold: number,
   /** The voice Jarvis speaks with. */
@@ -378,6 +388,8 @@ export type SettingsForm = {
   wake_while_hidden: boolean,
   /** The speech-to-text model. */
   speech_model: SpeechModel,
+  /** The user's language. */
+  language: Language,
   /** The wake word's score threshold (0.05–0.99). */
   wake_threshold: number,
   /** The voice Jarvis speaks with. */
