@@ -277,8 +277,9 @@ async fn new_chat_first_token(path: &Path, server: &Path) -> (f64, f64, u64) {
         };
         let mut events = backend.stream(load);
         while events.next().await.is_some() {}
-        if warmed {
-            let request = jarvis::prompt::warm_request(
+        // The warm-up is the question's request up to the question.
+        let up_to_the_question = || {
+            jarvis::prompt::warm_request(
                 &store,
                 None,
                 "Ada",
@@ -287,20 +288,13 @@ async fn new_chat_first_token(path: &Path, server: &Path) -> (f64, f64, u64) {
                 max_tokens,
                 jarvis::prompt::Locale::English,
             )
-            .expect("the warm-up");
+        };
+        if warmed {
+            let request = up_to_the_question().expect("the warm-up");
             let mut events = backend.stream(request);
             while events.next().await.is_some() {}
         }
-        let mut asked = jarvis::prompt::warm_request(
-            &store,
-            None,
-            "Ada",
-            rules,
-            &model,
-            max_tokens,
-            jarvis::prompt::Locale::English,
-        )
-        .expect("the request");
+        let mut asked = up_to_the_question().expect("the request");
         asked.prefill = false;
         let (history, _) =
             jarvis::prompt::next_question(&store, None, question).expect("the question");

@@ -466,6 +466,22 @@ impl SpeechModel {
             SpeechModel::Base => None,
         }
     }
+
+    /// Whisper's name for it ("tiny.en", "base").
+    pub fn whisper_name(self) -> &'static str {
+        match self {
+            SpeechModel::TinyEn => "tiny.en",
+            SpeechModel::Base => "base",
+        }
+    }
+
+    /// The command that installs it.
+    pub fn installed_by(self) -> &'static str {
+        match self {
+            SpeechModel::TinyEn => "scripts/models voice",
+            SpeechModel::Base => "scripts/models base",
+        }
+    }
 }
 
 /// The look of the windows.
@@ -607,7 +623,33 @@ pub enum Language {
     Zh,
 }
 
+impl McpServerSettings {
+    /// Whether it is a server that runs by itself at a `url` (not a program Jarvis runs).
+    pub fn at_url(&self) -> bool {
+        !self.url.trim().is_empty()
+    }
+
+    /// Whether `other` runs the same server: everything but whether a call waits for the user.
+    pub fn runs_alike(&self, other: &McpServerSettings) -> bool {
+        let program = |s: &McpServerSettings| McpServerSettings {
+            approve: Approve::default(),
+            ..s.clone()
+        };
+        program(self) == program(other)
+    }
+}
+
 impl Language {
+    /// The settings file's word for it (`auto`, `en`, `de`, `zh`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Language::Auto => "auto",
+            Language::En => "en",
+            Language::De => "de",
+            Language::Zh => "zh",
+        }
+    }
+
     /// The language in force: `auto` resolved from `LC_ALL`, `LC_MESSAGES` or `LANG` (the first
     /// set) — German or Chinese where it says so, English otherwise.
     pub fn resolved(self) -> Language {

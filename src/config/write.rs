@@ -61,7 +61,7 @@ fn updated_table(kept: &toml_edit::Table, server: &super::McpServerSettings) -> 
 fn server_table(server: &super::McpServerSettings) -> toml_edit::Table {
     let mut table = toml_edit::Table::new();
     table.insert("name", toml_edit::value(server.name.as_str()));
-    if server.url.trim().is_empty() {
+    if !server.at_url() {
         table.insert("command", toml_edit::value(server.command.as_str()));
         let args: toml_edit::Array = server.args.iter().map(String::as_str).collect();
         table.insert("args", toml_edit::value(args));

@@ -2,9 +2,10 @@
 //! SDK). Each server in `[[mcp.servers]]` is a program Jarvis starts when it is first needed and
 //! speaks to over its stdin and stdout; it is kept running, started again on the next use after
 //! it died, and stopped with Jarvis. One that runs by itself is spoken to over streamable HTTP
-//! at its `url`, reached when first needed and again after its connection was lost. Every call is bounded: a timeout each (a server that never
-//! answers), and a server that cannot start, exits mid-call or answers garbage is an error with
-//! its reason — never a panic, never a hung caller.
+//! at its `url`, reached when first needed and again after its connection was lost. Every call
+//! is bounded: a timeout each (a server that never answers), and a server that cannot start,
+//! exits mid-call or answers garbage is an error with its reason — never a panic, never a hung
+//! caller.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -359,22 +360,13 @@ impl Servers {
     /// servers' others stop once their last holder lets go.)
     pub fn succeeding(old: &Servers, settings: &McpSettings) -> Servers {
         let mut new = Servers::new(settings);
-        let same = |a: &McpServerSettings, b: &McpServerSettings| {
-            McpServerSettings {
-                approve: crate::config::Approve::default(),
-                ..a.clone()
-            } == McpServerSettings {
-                approve: crate::config::Approve::default(),
-                ..b.clone()
-            }
-        };
         let failed = old.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for server in &settings.servers {
             let name = server.name.trim();
             let Ok(was) = old.settings_of(name) else {
                 continue;
             };
-            if !same(was, server) {
+            if !was.runs_alike(server) {
                 continue;
             }
             if let (Some(slot), Some(kept)) = (old.slots.get(name), new.slots.get_mut(name)) {
@@ -398,16 +390,12 @@ impl Servers {
     /// Whether `settings` runs the same servers as these (names, programs, environments,
     /// timeouts): then only approvals differ, and these servers go on ([`Servers::set_approvals`]).
     pub fn runs_the_same(&self, settings: &McpSettings) -> bool {
-        let programs = |servers: &[McpServerSettings]| -> Vec<McpServerSettings> {
-            servers
+        self.settings.len() == settings.servers.len()
+            && self
+                .settings
                 .iter()
-                .map(|s| McpServerSettings {
-                    approve: crate::config::Approve::default(),
-                    ..s.clone()
-                })
-                .collect()
-        };
-        programs(&self.settings) == programs(&settings.servers)
+                .zip(&settings.servers)
+                .all(|(a, b)| a.runs_alike(b))
             && self.timeout == secs_or(settings.call_timeout_secs, 30.0)
             && self.start_timeout == secs_or(settings.start_timeout_secs, 60.0)
     }
@@ -631,7 +619,7 @@ impl Servers {
         );
         let at_url = self
             .settings_of(server)
-            .is_ok_and(|s| !s.url.trim().is_empty());
+            .is_ok_and(McpServerSettings::at_url);
         let reason = match err {
             ServiceError::TransportSend(error) if at_url => {
                 format!("it could not be reached: {}", first_cause(error))
@@ -741,7 +729,7 @@ impl Servers {
     }
 
     async fn start(&self, settings: &McpServerSettings) -> Result<Running, McpError> {
-        if !settings.url.trim().is_empty() {
+        if settings.at_url() {
             return self.reach(settings).await;
         }
         let name = settings.name.trim().to_string();
@@ -982,7 +970,7 @@ impl Servers {
 /// The program a server runs, as the tools always allowed are kept with it: its command and
 /// arguments as a JSON array (a name pointed at another program is asked about again).
 pub fn program_of(settings: &McpServerSettings) -> String {
-    if !settings.url.trim().is_empty() {
+    if settings.at_url() {
         // A server at a url is known by it (not by a token in its query).
         return serde_json::to_string(&[shown_url(&settings.url)]).unwrap_or_default();
     }

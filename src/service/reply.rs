@@ -400,7 +400,7 @@ impl ReplyJob {
         );
         let (model, max_tokens) = (self.backend.model().to_string(), self.backend.max_tokens());
         let running_actions = self.actions.running(chat);
-        let options_locale = self.options.locale;
+        let locale = self.options.locale;
         let question = history.last().map(|r| r.text.clone()).unwrap_or_default();
         let assembled = blocking(move || {
             crate::prompt::assemble_stated(
@@ -416,7 +416,7 @@ impl ReplyJob {
                     model: &model,
                     max_tokens,
                     running_actions,
-                    locale: options_locale,
+                    locale,
                 },
             )
         })

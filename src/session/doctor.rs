@@ -257,20 +257,17 @@ fn voice_parts(config: &Config, report: &mut Report) {
             language.name(),
             match language {
                 crate::config::Language::Auto => "auto, from the locale",
-                crate::config::Language::En => "en",
-                crate::config::Language::De => "de",
-                crate::config::Language::Zh => "zh",
+                other => other.key(),
             },
-            match choice {
-                crate::config::SpeechModel::TinyEn => "tiny.en",
-                crate::config::SpeechModel::Base => "base",
-            },
+            choice.whisper_name(),
             if speech.is_file() {
                 "installed".to_string()
-            } else if choice == crate::config::SpeechModel::Base {
-                format!("missing: run scripts/models base ({})", speech.display())
             } else {
-                format!("missing: run scripts/models voice ({})", speech.display())
+                format!(
+                    "missing: run {} ({})",
+                    choice.installed_by(),
+                    speech.display()
+                )
             },
             if language.resolved() == crate::config::Language::En {
                 "the voice the settings choose".to_string()
@@ -312,15 +309,14 @@ fn voice_parts(config: &Config, report: &mut Report) {
         format!(
             "speech model {} ({}); wake word {}; espeak-ng {}",
             speech.display(),
-            if !speech.is_file() && choice == crate::config::SpeechModel::Base {
-                "missing: run scripts/models base"
-            } else if !speech.is_file() {
-                "missing: run scripts/models voice"
+            if !speech.is_file() {
+                format!("missing: run {}", choice.installed_by())
             } else if speech.file_name().and_then(|n| n.to_str()) == choice.earlier_file_name() {
                 "installed, the earlier half-precision file: scripts/models voice installs the \
                  8-bit one, 34 MB lighter in memory and faster"
+                    .to_string()
             } else {
-                "installed"
+                "installed".to_string()
             },
             match &wake {
                 Ok(_) => "ready".to_string(),

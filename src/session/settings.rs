@@ -206,16 +206,11 @@ fn language_note(config: &Config) -> String {
     let language = s.general.language;
     let choice = crate::voice::models::speech_model_for(s.voice.speech_model, language);
     let file = crate::voice::models::speech_model_file(&config.model_dir(), choice);
-    let model = match choice {
-        SpeechModel::TinyEn => "Whisper tiny.en",
-        SpeechModel::Base => "Whisper base",
-    };
+    let model = choice.whisper_name();
     let installed = if file.is_file() {
         "installed".to_string()
-    } else if choice == SpeechModel::Base {
-        "not installed: scripts/models base".to_string()
     } else {
-        "not installed: scripts/models voice".to_string()
+        format!("not installed: {}", choice.installed_by())
     };
     let voice = if language.resolved() == crate::config::Language::En {
         "the voice chosen below".to_string()
@@ -223,7 +218,7 @@ fn language_note(config: &Config) -> String {
         format!("espeak-ng's {} voice", language.espeak_voice())
     };
     format!(
-        "{}: heard by {model} ({installed}), spoken by {voice}",
+        "{}: heard by Whisper {model} ({installed}), spoken by {voice}",
         language.name()
     )
 }
@@ -270,12 +265,6 @@ impl SettingsForm {
             TtsEngine::Piper => "piper",
             TtsEngine::Espeak => "espeak",
         };
-        let language = match self.language {
-            crate::config::Language::Auto => "auto",
-            crate::config::Language::En => "en",
-            crate::config::Language::De => "de",
-            crate::config::Language::Zh => "zh",
-        };
         let mut changes: Vec<Change> = vec![
             (vec!["backend"], text(section)),
             (vec![section, "model"], text(&self.model)),
@@ -294,7 +283,7 @@ impl SettingsForm {
                 Some(SettingValue::Bool(self.wake_while_hidden)),
             ),
             (vec!["voice", "speech_model"], text(speech_model)),
-            (vec!["general", "language"], text(language)),
+            (vec!["general", "language"], text(self.language.key())),
             (
                 vec!["voice", "wake_threshold"],
                 Some(SettingValue::Float(f64::from(self.wake_threshold))),

@@ -110,7 +110,7 @@ impl ServerForm {
 
 /// A server's command line, quoted where a word needs it (its address, for one at a url).
 fn command_line(server: &McpServerSettings) -> String {
-    if !server.url.trim().is_empty() {
+    if server.at_url() {
         return crate::mcp::shown_url(&server.url);
     }
     std::iter::once(&server.command)

@@ -237,11 +237,6 @@ impl Whisper {
         self
     }
 
-    /// Whether its model hears languages other than English.
-    pub fn multilingual(&self) -> bool {
-        !self.english_only
-    }
-
     /// Whisper as it ran before its safeguards were used: one greedy decoding, never tried
     /// again (the benchmarks' baseline).
     pub fn without_safeguards(mut self) -> Whisper {
