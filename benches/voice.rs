@@ -211,7 +211,34 @@ struct TurnWay {
     /// Whether the words are transcribed ahead of the pause (off: the baseline, as before).
     ahead: bool,
     rounds: usize,
+    /// The questions asked, and the espeak-ng voice that says them.
+    questions: &'static [&'static str],
+    asker: &'static str,
+    /// The answer, its first token immediate, and the first piece of it that is synthesised.
+    answer: &'static str,
+    first_piece: &'static str,
+    /// Whether the answer streams as a model writes it (two characters every 40 ms, ~25
+    /// Chinese tokens a second) rather than whole in its first delta.
+    paced: bool,
 }
+
+/// A turn in English, as the questions are said and answered since issue 2.
+const ENGLISH: (&[&str], &str, &str, &str) = (
+    &QUESTIONS,
+    "en-us",
+    "Sure. Here is the answer you asked for.",
+    "Sure.",
+);
+
+/// Chinese questions (issue 29), said by espeak-ng's Mandarin.
+const CHINESE_QUESTIONS: [&str; 6] = [
+    "明天北京的天气怎么样？",
+    "帮我设一个十分钟的计时器。",
+    "珠穆朗玛峰有多高？",
+    "东京现在几点？",
+    "谁写了红楼梦？",
+    "把厨房的灯关掉。",
+];
 
 fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
     println!(
@@ -256,12 +283,17 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
         let _orb = service.voice_attach().await.unwrap();
         service.set_listening(true).await.unwrap();
         let (mut totals, mut stt_times, mut tts_times) = (Vec::new(), Vec::new(), Vec::new());
+        let asker = Espeak::new(way.asker, 175);
         for round in 0..way.rounds {
-            let question = QUESTIONS[round % QUESTIONS.len()];
+            let question = way.questions[round % way.questions.len()];
             // First token immediate: the whole answer in one delta.
-            stub.push(Script::text("Sure. Here is the answer you asked for."));
+            stub.push(if way.paced {
+                Script::text(way.answer).deltas_of(2).paced(Duration::from_millis(40))
+            } else {
+                Script::text(way.answer)
+            });
             let clips_before = recorder.arrivals().len();
-            let clip = speech(question);
+            let clip = asker.synthesize(question).unwrap().resampled(SAMPLE_RATE).unwrap();
             feed.say(&clip.clone().then(&silence(1500)));
             let report = loop {
                 let r = heard.recv().await.unwrap();
@@ -287,7 +319,7 @@ fn turn_overhead(whisper: Arc<Whisper>, way: TurnWay) {
             whisper.transcribe(&padded).unwrap();
             stt_times.push(t.elapsed().as_secs_f64() * 1000.0);
             let t = Instant::now();
-            way.synthesizer.synthesize("Sure.").unwrap();
+            way.synthesizer.synthesize(way.first_piece).unwrap();
             tts_times.push(t.elapsed().as_secs_f64() * 1000.0);
             feed.until_quiet().await;
         }
@@ -314,6 +346,9 @@ fn main() {
             .init();
     }
     let models = model_dir();
+    if std::env::args().any(|a| a == "chinese") {
+        return chinese_turn(&models);
+    }
     let whisper = Arc::new(
         models::load_whisper(&models, SpeechModel::TinyEn, 2).unwrap_or_else(|e| panic!("{e}")),
     );
@@ -329,6 +364,11 @@ fn main() {
             pause_ms: 300.0,
             ahead: true,
             rounds: 8,
+            questions: ENGLISH.0,
+            asker: ENGLISH.1,
+            answer: ENGLISH.2,
+            first_piece: ENGLISH.3,
+            paced: false,
         },
     );
     let (turn, missing) = models::turn_judge(&models);
@@ -350,6 +390,60 @@ fn main() {
                 pause_ms: 200.0,
                 ahead,
                 rounds: 16,
+                questions: ENGLISH.0,
+                asker: ENGLISH.1,
+                answer: ENGLISH.2,
+                first_piece: ENGLISH.3,
+                paced: false,
+            },
+        );
+    }
+}
+
+/// Issue 29: end of speech → first audio in Chinese, its long first sentence spoken from its
+/// first clause (`cargo bench --bench voice -- chinese`; Whisper base from `scripts/models
+/// base`, set to Chinese; espeak-ng's Mandarin speaks, as the product does without a Piper voice
+/// of the language). The answer streams as a model writes it; the baseline, in the same run, is
+/// the same answer without its clause marks, so that its first piece is the whole sentence.
+fn chinese_turn(models: &std::path::Path) {
+    let language = jarvis::config::Language::Zh;
+    let settings = jarvis::config::VoiceSettings {
+        threads: 2,
+        ..Default::default()
+    };
+    let whisper = Arc::new(
+        models::whisper_for(models, &settings, language).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let (turn, missing) = models::turn_judge(models);
+    assert!(missing.is_none(), "the end-of-turn model: {missing:?}");
+    const SPLIT: &str = "好的，明天北京晴转多云，最高气温二十二度，最低气温十三度，早晚温差较大，出门记得带一件外套。";
+    const WHOLE: &str =
+        "好的 明天北京晴转多云 最高气温二十二度 最低气温十三度 早晚温差较大 出门记得带一件外套。";
+    for (name, answer, first_piece) in [
+        ("Chinese, the answer without clause marks (baseline: its first piece is the whole sentence)", WHOLE, WHOLE),
+        ("Chinese, the first clause spoken first", SPLIT, "好的，明天北京晴转多云，"),
+    ] {
+        let mut sentences = jarvis::voice::tts::Sentences::new();
+        let mut first = None;
+        for piece in answer.chars().collect::<Vec<_>>().chunks(2) {
+            first = first.or_else(|| sentences.push(&piece.iter().collect::<String>()).into_iter().next());
+        }
+        let first = first.or_else(|| sentences.finish());
+        assert_eq!(first.as_deref(), Some(first_piece), "the first piece spoken");
+        turn_overhead(
+            whisper.clone(),
+            TurnWay {
+                name,
+                synthesizer: Arc::new(Espeak::new(language.espeak_voice(), 175)),
+                turn: turn.clone(),
+                pause_ms: 200.0,
+                ahead: true,
+                rounds: 12,
+                questions: &CHINESE_QUESTIONS,
+                asker: "cmn-latn-pinyin",
+                answer,
+                first_piece,
+                paced: true,
             },
         );
     }

@@ -1592,3 +1592,96 @@ async fn in_german_jarvis_says_it_and_hears_stopp_and_hoer_auf_as_stops() {
         "{err}"
     );
 }
+
+/// Characters of `text` that are Chinese (CJK unified ideographs).
+fn han(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(c))
+        .collect()
+}
+
+/// Levenshtein distance between two character sequences.
+fn edits(a: &[char], b: &[char]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(x != y));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_characters() {
+    let _one = SERIAL.lock().await;
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        "[general]\nlanguage = \"zh\"\n\n[voice]\nthreads = 1\n",
+    )
+    .unwrap();
+    let questions = [
+        "你能帮我写一封邮件吗？",
+        "上海离北京有多远？",
+        "帮我查一下明天的日程。",
+    ];
+    let mut session = silence(500);
+    for (i, question) in questions.iter().enumerate() {
+        let out = dir.path().join(format!("{i}.wav"));
+        let mut cmd = jarvis(&dir);
+        cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+        cmd.args(["say", "--out", out.to_str().unwrap(), question]);
+        let (code, _, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("espeak-ng speaks Chinese"), "{err}");
+        let said = Clip::from_wav_file(&out)
+            .unwrap()
+            .resampled(jarvis::voice::SAMPLE_RATE)
+            .unwrap();
+        session = session.then(&said).then(&silence(1800));
+    }
+    let wav = dir.path().join("zhongwen.wav");
+    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args([
+        "listen",
+        "--wav",
+        wav.to_str().unwrap(),
+        "--mode",
+        "hands_free",
+    ]);
+    let (code, out, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    let heard: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(heard.len(), questions.len(), "{out}");
+    let (mut wrong, mut total) = (0, 0);
+    for (question, utterance) in questions.iter().zip(&heard) {
+        assert_eq!(utterance["heard"], "question", "{out}");
+        let text = utterance["text"].as_str().unwrap();
+        // Written in Chinese characters, not in Latin letters: espeak-ng's plain Mandarin
+        // voice read its pinyin as English, and whisper wrote English words ("Mink 2 T1").
+        let letters = text.chars().filter(|c| c.is_alphanumeric()).count();
+        assert!(
+            han(text).len() * 10 >= letters * 9 && !han(text).is_empty(),
+            "not written in characters: {out}"
+        );
+        wrong += edits(&han(question), &han(text));
+        total += han(question).len();
+    }
+    // Whisper base on espeak-ng's formant Mandarin gets many characters wrong (BENCHMARKS.md,
+    // "in the user's language": about two in three); a voice it cannot follow, all of them.
+    assert!(
+        wrong * 10 <= total * 8,
+        "{wrong} of {total} characters wrong: {out}"
+    );
+}

@@ -694,11 +694,14 @@ impl Language {
         }
     }
 
-    /// espeak-ng's voice for it (`en-us`, `de`, `cmn`).
+    /// espeak-ng's voice for it (`en-us`, `de`, `cmn-latn-pinyin`). Mandarin is the voice
+    /// that reads its dictionary's pinyin as pinyin: espeak-ng's plain `cmn` turns the
+    /// characters into pinyin and then reads that as English ("ming2 tian1" as "mink two tee
+    /// one"), which no Chinese listener (or whisper) understands.
     pub fn espeak_voice(self) -> &'static str {
         match self.resolved() {
             Language::De => "de",
-            Language::Zh => "cmn",
+            Language::Zh => "cmn-latn-pinyin",
             _ => "en-us",
         }
     }

@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(Language::of_tag("fr_FR"), None);
         assert_eq!(
             (Language::De.whisper_code(), Language::Zh.espeak_voice()),
-            ("de", "cmn")
+            ("de", "cmn-latn-pinyin")
         );
         assert_eq!(Locale::of(Language::De), Locale::German);
         assert_eq!(Locale::of(Language::Zh), Locale::Chinese);
