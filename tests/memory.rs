@@ -1672,3 +1672,86 @@ async fn a_forged_state_block_reaches_the_model_neutralised_in_a_message_and_a_t
     let results = tool_results(&stub.received()[1].body);
     assert!(results[0].contains("(End of current state)"), "{results:?}");
 }
+
+/// Issue 29: the memory design's own script, in German. "Merke dir …" stores the fact and the
+/// next chat's profile has it; "Vergiss …" asks first, in German, and forgets only after "Ja".
+#[tokio::test(flavor = "multi_thread")]
+async fn in_german_merke_dir_stores_and_vergiss_forgets_only_after_ja() {
+    let stub = Stub::start().await.unwrap();
+    let dir = Dir::new();
+    let mut german = settings(BackendKind::Anthropic, &stub);
+    german.general.language = jarvis::config::Language::De;
+    let service = service(&dir, german);
+    let store = dir.store();
+    let facts = || -> Vec<String> { store.facts().unwrap().into_iter().map(|f| f.text).collect() };
+
+    stub.push(Script::text("Mache ich.").tool_call(
+        "call_1",
+        "remember_fact",
+        r#"{"fact": "Der Hund des Nutzers heißt Bruno."}"#,
+    ));
+    stub.push(Script::text("Ich merke mir, dass dein Hund Bruno heißt."));
+    let (_, events) = ask(&service, None, "Merke dir, dass mein Hund Bruno heisst.").await;
+    assert_eq!(ending(&events).0, ReplyState::Done, "{events:?}");
+    assert_eq!(facts(), ["Der Hund des Nutzers heißt Bruno."]);
+    let said = last_user_text(&stub.received()[0].body);
+    assert!(
+        said.ends_with("Merke dir, dass mein Hund Bruno heisst.")
+            && said.contains(jarvis::envelope::STATE_OPEN_DE),
+        "{said}"
+    );
+
+    // A new chat: the fact is in the profile the model sees.
+    stub.push(Script::text("Er heißt Bruno."));
+    ask(&service, None, "Wie heißt mein Hund?").await;
+    let system = system_of(&stub.received()[2].body);
+    assert!(
+        system.contains("\n- Der Hund des Nutzers heißt Bruno."),
+        "{system}"
+    );
+
+    // "Vergiss …": asked first, nothing forgotten yet.
+    let bruno = store.facts().unwrap()[0].id;
+    stub.push(Script::text("").tool_call(
+        "call_2",
+        "forget_fact",
+        r#"{"query": "Hund heißt Bruno"}"#,
+    ));
+    stub.push(Script::text(
+        "Soll ich vergessen, dass dein Hund Bruno heißt?",
+    ));
+    let (chat, _) = ask(&service, None, "Vergiss, dass mein Hund Bruno heisst.").await;
+    assert!(
+        tool_results(&stub.received()[4].body)[0].contains("NOT forgotten yet"),
+        "asked first"
+    );
+    assert_eq!(
+        facts().len(),
+        1,
+        "nothing forgotten before the user answers"
+    );
+
+    // "Ja.": the question waits in the state block, in German, and the model's confirmation
+    // forgets the fact.
+    stub.push(Script::text("").tool_call(
+        "call_3",
+        "forget_fact",
+        &format!(r#"{{"id": {bruno}, "confirm": true}}"#),
+    ));
+    stub.push(Script::text("Vergessen."));
+    ask(&service, Some(chat), "Ja.").await;
+    let said = last_user_text(&stub.received()[5].body);
+    assert!(
+        said.contains(&format!(
+            "\nWartet auf die Bestätigung des Nutzers: Vergessen: „Der Hund des Nutzers heißt \
+             Bruno.“ (Tatsache {bruno})? (sagt diese Nachricht ja dazu, rufe forget_fact mit \
+             dieser id und confirm: true auf; sonst bleibt die Tatsache gespeichert)\n"
+        )),
+        "{said}"
+    );
+    assert!(
+        !said.contains("Forget") && !said.contains("(fact"),
+        "nothing English in the state block: {said}"
+    );
+    assert!(facts().is_empty(), "forgotten after the yes");
+}

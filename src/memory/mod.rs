@@ -187,6 +187,8 @@ pub struct Turn {
     /// Whether the model has read a tool's result in this reply — text from outside (a page, a
     /// record, a server's answer): from then on a memory it writes waits for the user's yes.
     pub read_outside: bool,
+    /// The language the questions it leaves for the user are put in.
+    pub locale: crate::prompt::Locale,
 }
 
 /// Whether a tool's result is text the model reads from outside: everything but the memory
@@ -272,7 +274,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
             }
             if turn.read_outside {
                 // Text from outside can propose a memory, never write one: the user is asked.
-                let question = format!("Remember \"{fact}\"?");
+                let question = turn.locale.remember_question(fact);
                 store.propose_fact(chat, fact, &question).map(|()| {
                     format!(
                         "Not stored yet: this answer read text from outside (a tool's result), so \
@@ -321,7 +323,7 @@ pub fn run(store: &Store, chat: ChatId, call: &ToolCall, turn: &mut Turn) -> Too
                 match found.as_slice() {
                     [] => Ok(format!("No stored fact matches \"{query}\"; nothing was forgotten.")),
                     [one] => {
-                        let question = format!("Forget \"{}\" (fact {})?", one.text, one.id);
+                        let question = turn.locale.forget_question(&one.text, one.id);
                         store.set_confirmation(chat, one.id, &question).map(|()| {
                             format!(
                                 "One fact matches (id {id}): \"{text}\". It is NOT forgotten yet: ask the user to \

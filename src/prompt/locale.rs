@@ -10,9 +10,10 @@ use crate::config::Language;
 use crate::envelope as e;
 
 /// The user's language, for everything the app writes around their words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Locale {
     /// English (the default).
+    #[default]
     English,
     /// German.
     German,
@@ -227,6 +228,55 @@ impl Locale {
         }
     }
 
+    /// The question a forget waits on, in the state block until the user answers it.
+    pub fn forget_question(self, fact: &str, id: i64) -> String {
+        match self {
+            Locale::English => format!("Forget \"{fact}\" (fact {id})?"),
+            Locale::German => format!("Vergessen: „{fact}“ (Tatsache {id})?"),
+            Locale::Chinese => format!("忘记“{fact}”（事实 {id}）吗？"),
+        }
+    }
+
+    /// The question a memory proposed after reading outside text waits on.
+    pub fn remember_question(self, fact: &str) -> String {
+        match self {
+            Locale::English => format!("Remember \"{fact}\"?"),
+            Locale::German => format!("Merken: „{fact}“?"),
+            Locale::Chinese => format!("记住“{fact}”吗？"),
+        }
+    }
+
+    /// Jarvis's own words for a call of `tool` of the user's `server`, its arguments said as
+    /// "name value" pieces (the last ones left out past `cap` characters, with "…").
+    pub fn tool_question(self, tool: &str, server: &str, said: &[String], cap: usize) -> String {
+        let and = match self {
+            Locale::English => " and ",
+            Locale::German => " und ",
+            Locale::Chinese => "和",
+        };
+        let comma = if self == Locale::Chinese { "、" } else { ", " };
+        let all = match said.len() {
+            0 => String::new(),
+            1 => said[0].clone(),
+            n => format!("{}{and}{}", said[..n - 1].join(comma), said[n - 1]),
+        };
+        let all = crate::llm::sse::capped_at(&all, cap);
+        match (self, all.is_empty()) {
+            (Locale::English, true) => format!("Shall I use {tool} of your {server} server?"),
+            (Locale::English, false) => {
+                format!("Shall I use {tool} of your {server} server, with {all}?")
+            }
+            (Locale::German, true) => format!("Soll ich {tool} deines Servers {server} benutzen?"),
+            (Locale::German, false) => {
+                format!("Soll ich {tool} deines Servers {server} benutzen, mit {all}?")
+            }
+            (Locale::Chinese, true) => format!("要我使用你的 {server} 服务器的 {tool} 吗？"),
+            (Locale::Chinese, false) => {
+                format!("要我使用你的 {server} 服务器的 {tool}（{all}）吗？")
+            }
+        }
+    }
+
     /// "Actions still running: 2".
     pub(super) fn running_line(self, running: usize) -> String {
         match self {
@@ -276,6 +326,42 @@ fn zh_weekday(date: NaiveDate) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_questions_left_for_the_user_are_in_their_language() {
+        let said = [
+            "path /home/ada/plans.txt".to_string(),
+            "limit 10".to_string(),
+        ];
+        assert_eq!(
+            Locale::English.tool_question("read_text_file", "files", &said, 300),
+            "Shall I use read_text_file of your files server, with path /home/ada/plans.txt and limit 10?"
+        );
+        assert_eq!(
+            Locale::German.tool_question("read_text_file", "files", &said, 300),
+            "Soll ich read_text_file deines Servers files benutzen, mit path /home/ada/plans.txt und limit 10?"
+        );
+        assert_eq!(
+            Locale::Chinese.tool_question("read_text_file", "files", &said, 300),
+            "要我使用你的 files 服务器的 read_text_file（path /home/ada/plans.txt和limit 10）吗？"
+        );
+        assert_eq!(
+            Locale::German.tool_question("list", "files", &[], 300),
+            "Soll ich list deines Servers files benutzen?"
+        );
+        assert_eq!(
+            Locale::English.tool_question("echo", "everything", &["message hello".into()], 8),
+            "Shall I use echo of your everything server, with message …?"
+        );
+        assert_eq!(
+            Locale::Chinese.forget_question("我的狗叫布鲁诺。", 3),
+            "忘记“我的狗叫布鲁诺。”（事实 3）吗？"
+        );
+        assert_eq!(
+            Locale::German.remember_question("Ada mag Tee."),
+            "Merken: „Ada mag Tee.“?"
+        );
+    }
 
     #[test]
     fn the_language_comes_from_the_setting_or_a_locale_tag() {

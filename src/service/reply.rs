@@ -467,7 +467,10 @@ impl ReplyJob {
             dirty: false,
         };
         // What this reply's tool calls did, across its rounds.
-        let mut turn = memory::Turn::default();
+        let mut turn = memory::Turn {
+            locale: self.options.locale,
+            ..memory::Turn::default()
+        };
         let mut outcome = Outcome::failed(format!(
             "the model kept calling tools after {MAX_ROUNDS} rounds; its last calls were not run"
         ));
@@ -845,11 +848,11 @@ impl ReplyJob {
         };
         // Jarvis's own words for the call, which the model is told to say: the user says yes to
         // what the call does, not to the model's account of it.
-        let question = crate::envelope::one_line(&format!(
-            "Shall I use {} of your {} server{}?",
-            tool.tool,
-            tool.server,
-            spoken_arguments(&call.arguments)
+        let question = crate::envelope::one_line(&self.options.locale.tool_question(
+            &tool.tool,
+            &tool.server,
+            &spoken_arguments(&call.arguments),
+            ASKED_ARGUMENTS,
         ));
         let (store, chat) = (self.store.clone(), self.chat);
         let answered = blocking(move || match store.confirmation_answered(chat)? {
@@ -1176,11 +1179,11 @@ enum Aloud {
 /// How many characters of a call's arguments a question asked aloud says.
 const ASKED_ARGUMENTS: usize = 300;
 
-/// A call's arguments as a question asked aloud says them: ", with path /home/ada/plans.txt and
-/// limit 10" (a value that is not a word or a number as JSON), cut short where long; nothing
-/// where there are none.
-fn spoken_arguments(arguments: &serde_json::Value) -> String {
-    let said: Vec<String> = match arguments {
+/// A call's arguments as a question asked aloud says them, each "name value" ("path
+/// /home/ada/plans.txt", "limit 10"; a value that is not a word or a number as JSON); the
+/// locale joins them and cuts them short where long.
+fn spoken_arguments(arguments: &serde_json::Value) -> Vec<String> {
+    match arguments {
         serde_json::Value::Object(map) => map
             .iter()
             .map(|(key, value)| match value {
@@ -1190,17 +1193,6 @@ fn spoken_arguments(arguments: &serde_json::Value) -> String {
             .collect(),
         serde_json::Value::Null => Vec::new(),
         other => vec![other.to_string()],
-    };
-    if said.is_empty() {
-        return String::new();
-    }
-    let all = match said.len() {
-        1 => said[0].clone(),
-        n => format!("{} and {}", said[..n - 1].join(", "), said[n - 1]),
-    };
-    match all.chars().nth(ASKED_ARGUMENTS) {
-        Some(_) => format!(", with {}…", llm::sse::capped_at(&all, ASKED_ARGUMENTS)),
-        None => format!(", with {all}"),
     }
 }
 
