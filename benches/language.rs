@@ -138,9 +138,30 @@ fn error_rate(
     characters: bool,
     show: bool,
 ) {
+    error_rate_in(
+        name,
+        whisper,
+        voices,
+        sentences,
+        characters,
+        show,
+        Espeak::new,
+    )
+}
+
+/// [`error_rate`], each voice made by `espeak`.
+fn error_rate_in(
+    name: &str,
+    whisper: &Whisper,
+    voices: &[&str],
+    sentences: &[&str],
+    characters: bool,
+    show: bool,
+    espeak: fn(&str, u32) -> Espeak,
+) {
     let (mut wrong, mut total, mut seconds, mut spoken) = (0, 0, 0.0, 0.0);
     for voice in voices {
-        let espeak = Espeak::new(voice, 175);
+        let espeak = espeak(voice, 175);
         for sentence in sentences {
             let clip = espeak
                 .synthesize(sentence)
@@ -211,13 +232,14 @@ fn main() {
     );
     let chinese = Language::Zh;
     let zh = [chinese.espeak_voice(), "cmn-latn-pinyin+f3"];
-    error_rate(
+    error_rate_in(
         "Chinese, before: espeak-ng's plain cmn voice, whisper unprompted (baseline)",
         &load(SpeechModel::Base).hearing("zh").without_prompt(),
         &["cmn", "cmn+f3"],
         &CHINESE,
         true,
         show,
+        Espeak::exactly,
     );
     error_rate(
         "Chinese, the pinyin voice, whisper unprompted",

@@ -193,3 +193,86 @@ fn once_the_voice_is_quiet_piper_lets_go_of_its_sentences_memory_and_still_speak
     );
     assert_eq!(piper.synthesize(text).unwrap().samples, before);
 }
+
+/// Issue 29 item 5: `[voice] piper_voice` takes any Piper voice (its `.onnx` with the
+/// `.onnx.json` beside it). One of the settings' language speaks; one of another language does
+/// not, and espeak-ng's voice of the language speaks instead, with why; a configuration that
+/// does not parse is named and espeak-ng speaks. (The voice here is the installed English model
+/// under a configuration that says German, as a German voice's does: no German voice can be
+/// installed on these machines.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piper_voice_of_the_users_language_speaks_it_and_one_of_another_does_not() {
+    let dir = Dir::new();
+    let data_dir = model_dir().parent().unwrap().to_path_buf();
+    let voices = dir.path().join("voices");
+    std::fs::create_dir_all(&voices).unwrap();
+    let german = voices.join("de_DE-probe-medium.onnx");
+    std::os::unix::fs::symlink(model_dir().join("piper/en_US-joe-medium.onnx"), &german).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(model_dir().join("piper/en_US-joe-medium.onnx.json")).unwrap(),
+    )
+    .unwrap();
+    config["language"] = serde_json::json!({"code": "de_DE", "family": "de"});
+    config["espeak"]["voice"] = "de".into();
+    std::fs::write(
+        voices.join("de_DE-probe-medium.onnx.json"),
+        config.to_string(),
+    )
+    .unwrap();
+    let settings = |language: &str, voice: &std::path::Path| {
+        std::fs::write(
+            dir.path().join("settings.toml"),
+            format!(
+                "[general]\nlanguage = \"{language}\"\n\n[voice]\npiper_voice = \"{}\"\n",
+                voice.display()
+            ),
+        )
+        .unwrap();
+    };
+    let doctor = || async {
+        let mut doctor = jarvis(&dir);
+        doctor.env("JARVIS_DATA_DIR", &data_dir);
+        let (_, out, _) = output_within(SLOW, doctor.arg("doctor")).await;
+        out.lines()
+            .find(|l| l.starts_with("language:"))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string()
+    };
+
+    // German, a German voice: Piper speaks.
+    settings("de", &german);
+    let (clip, err) = say(&dir, &data_dir, "Guten Morgen, wie geht es dir?").await;
+    assert!(!err.contains("espeak-ng speaks"), "{err}");
+    assert!(clip.duration() > Duration::from_millis(800), "{err}");
+    let line = doctor().await;
+    assert!(
+        line.contains("spoken by Piper's voice de_DE-probe-medium;"),
+        "{line}"
+    );
+
+    // Chinese, the same voice: espeak-ng's Mandarin speaks, and why is said.
+    settings("zh", &german);
+    let (_, err) = say(&dir, &data_dir, "早上好。").await;
+    assert!(
+        err.contains("Piper's voice speaks German, not Chinese")
+            && err.contains("espeak-ng speaks Chinese"),
+        "{err}"
+    );
+    let line = doctor().await;
+    assert!(
+        line.contains(
+            "spoken by espeak-ng's cmn-latn-pinyin voice (Piper's voice de_DE-probe-medium speaks German)"
+        ),
+        "{line}"
+    );
+
+    // German, the voice's configuration broken: named, and espeak-ng speaks.
+    std::fs::write(voices.join("de_DE-probe-medium.onnx.json"), "{ not json").unwrap();
+    settings("de", &german);
+    let (clip, err) = say(&dir, &data_dir, "Guten Morgen.").await;
+    assert!(
+        err.contains("not a Piper voice configuration") && err.contains("espeak-ng speaks instead"),
+        "{err}"
+    );
+    assert!(!clip.samples.is_empty());
+}

@@ -300,9 +300,10 @@ async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_
     assert!(
         view.language_note
             .starts_with("German: heard by Whisper base (")
-            && view
-                .language_note
-                .ends_with("), spoken by espeak-ng's de voice"),
+            && view.language_note.ends_with(
+                "), spoken by espeak-ng's de voice (Piper's voice en_US-joe-medium speaks \
+                     English)"
+            ),
         "{}",
         view.language_note
     );

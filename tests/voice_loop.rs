@@ -1573,7 +1573,8 @@ async fn in_german_jarvis_says_it_and_hears_stopp_and_hoer_auf_as_stops() {
     assert!(
         report.contains(
             "language: German ([general] language = de): heard by Whisper base (installed), \
-             spoken by espeak-ng's de voice; the wake word stays \"Hey Jarvis\""
+             spoken by espeak-ng's de voice (Piper's voice en_US-joe-medium speaks English); the wake \
+             word stays \"Hey Jarvis\""
         ),
         "{report}"
     );

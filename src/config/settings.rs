@@ -397,6 +397,10 @@ pub struct VoiceSettings {
     /// The voice Jarvis speaks with: `piper` (neural, the default) or `espeak` (espeak-ng's
     /// formant voice, also the fallback where Piper's voice is not installed).
     pub tts: TtsEngine,
+    /// The Piper voice: a voice's `.onnx` (its `.onnx.json` beside it), a path or one in the
+    /// model folder; empty is the one `scripts/models voice` installs (en_US-joe-medium). It
+    /// speaks where its language is the settings' (its `.onnx.json` says which).
+    pub piper_voice: String,
     /// The espeak-ng voice Jarvis speaks with when it speaks with espeak-ng.
     pub tts_voice: String,
     /// How fast it speaks, in words per minute (for Piper, its length scale: 175 is the voice as
@@ -417,6 +421,7 @@ impl Default for VoiceSettings {
             speech_model: SpeechModel::TinyEn,
             wake_threshold: 0.5,
             tts: TtsEngine::Piper,
+            piper_voice: String::new(),
             tts_voice: "en-us".into(),
             tts_speed: 175,
             input_device: String::new(),

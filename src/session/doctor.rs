@@ -269,11 +269,7 @@ fn voice_parts(config: &Config, report: &mut Report) {
                     speech.display()
                 )
             },
-            if language.resolved() == crate::config::Language::En {
-                "the voice the settings choose".to_string()
-            } else {
-                format!("espeak-ng's {} voice", language.espeak_voice())
-            }
+            voice::models::speaker_of(&models, s, language)
         ),
     );
     let wake = voice::models::wake_factory(&models);
@@ -415,10 +411,12 @@ fn speaking_voice(
     };
     match s.tts {
         crate::config::TtsEngine::Espeak => format!("{espeak_state} ([voice] tts = \"espeak\")"),
-        crate::config::TtsEngine::Piper => match voice::models::load_piper(models, s.tts_speed) {
+        crate::config::TtsEngine::Piper => match voice::models::onnx_runtime(models).and_then(
+            |()| voice::Piper::load(&voice::models::chosen_piper_voice(models, s), s.tts_speed),
+        ) {
             Ok(_) => format!(
                 "Piper ({})",
-                voice::models::piper_voice_file(models).display()
+                voice::models::chosen_piper_voice(models, s).display()
             ),
             Err(err) => format!(
                 "{espeak_state}, because Piper's voice is not available: {err} (scripts/models voice installs it)"

@@ -114,7 +114,7 @@ impl SettingsView {
             tts: s.voice.tts,
             tts_speed: s.voice.tts_speed,
             piper_missing: {
-                let file = crate::voice::models::piper_voice_file(&config.model_dir());
+                let file = crate::voice::models::chosen_piper_voice(&config.model_dir(), &s.voice);
                 (!file.is_file()).then(|| {
                     format!(
                         "Piper's voice is not installed ({}; scripts/models voice installs it): espeak-ng speaks instead",
@@ -212,11 +212,7 @@ fn language_note(config: &Config) -> String {
     } else {
         format!("not installed: {}", choice.installed_by())
     };
-    let voice = if language.resolved() == crate::config::Language::En {
-        "the voice chosen below".to_string()
-    } else {
-        format!("espeak-ng's {} voice", language.espeak_voice())
-    };
+    let voice = crate::voice::models::speaker_of(&config.model_dir(), &s.voice, language);
     format!(
         "{}: heard by Whisper {model} ({installed}), spoken by {voice}",
         language.name()

@@ -138,11 +138,16 @@ pub enum VoiceError {
         /// Where it was looked for.
         path: String,
     },
-    /// Piper's voice speaks English only.
-    #[error("Piper's voice speaks English; espeak-ng speaks {language}")]
+    /// Piper's chosen voice speaks another language than the settings'.
+    #[error(
+        "Piper's voice speaks {speaks}, not {language} ([voice] piper_voice takes a Piper voice \
+         of the language, its .onnx with the .onnx.json beside it); espeak-ng speaks {language}"
+    )]
     NoVoiceFor {
         /// The language.
         language: &'static str,
+        /// The language the voice speaks.
+        speaks: String,
     },
     /// A model file exists but could not be loaded.
     #[error("{what} could not be loaded from {path}: {reason}")]

@@ -90,7 +90,7 @@ pub fn lazy_whisper(
 
 /// Loads ONNX Runtime's library from the model folder (once per process); missing or not a
 /// library, a clear error.
-fn onnx_runtime(models: &Path) -> Result<(), VoiceError> {
+pub fn onnx_runtime(models: &Path) -> Result<(), VoiceError> {
     let library = crate::onnx::library_path(models);
     if !library.is_file() {
         return Err(VoiceError::ModelMissing {
@@ -123,9 +123,18 @@ pub fn wake_factory(models: &Path) -> Result<WakeFactory, VoiceError> {
     }))
 }
 
-/// Piper's voice file in the model folder.
+/// Piper's voice file in the model folder, as `scripts/models voice` installs it.
 pub fn piper_voice_file(models: &Path) -> PathBuf {
     models.join(super::piper::VOICE_FILE)
+}
+
+/// The Piper voice the settings choose: `[voice] piper_voice` (a path, or one in the model
+/// folder), or the one `scripts/models voice` installs where that is empty.
+pub fn chosen_piper_voice(models: &Path, voice: &VoiceSettings) -> PathBuf {
+    match voice.piper_voice.trim() {
+        "" => piper_voice_file(models),
+        path => models.join(path),
+    }
 }
 
 /// Loads Piper's voice, ONNX Runtime first; a missing or damaged file is a clear error.
@@ -143,33 +152,92 @@ pub fn synthesizer(
     synthesizer_in(models, voice, crate::config::Language::En)
 }
 
-/// The voice that speaks `language`: Piper's (which speaks English) or espeak-ng as the
-/// settings say for English; for any other, espeak-ng's voice of that language where the
-/// settings name none of their own.
+/// The espeak-ng voice that speaks `language`: the settings' own, or the language's where
+/// the settings name an English voice for another language.
+fn espeak_voice_in(voice: &VoiceSettings, language: crate::config::Language) -> String {
+    if language.resolved() == crate::config::Language::En || !voice.tts_voice.starts_with("en") {
+        voice.tts_voice.clone()
+    } else {
+        language.espeak_voice().to_string()
+    }
+}
+
+/// Whether Piper's chosen voice speaks `language`, read from its `.onnx.json` (no model
+/// loaded; the installed voice speaks English even where it is missing); why not where it does
+/// not. A chosen voice whose configuration cannot be read is left to loading, which says why.
+fn piper_speaks(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> Result<PathBuf, VoiceError> {
+    let file = chosen_piper_voice(models, voice);
+    let speaks = super::piper::language_of_voice(&file).or_else(|| {
+        voice
+            .piper_voice
+            .trim()
+            .is_empty()
+            .then(|| "en".to_string())
+    });
+    match speaks {
+        Some(speaks) if speaks != language.whisper_code() => Err(VoiceError::NoVoiceFor {
+            language: language.name(),
+            speaks: crate::config::Language::of_tag(&speaks)
+                .map_or(speaks.clone(), |l| l.name().to_string()),
+        }),
+        _ => Ok(file),
+    }
+}
+
+/// The voice that speaks `language`: Piper's chosen voice where the settings ask for Piper and
+/// it speaks that language, else espeak-ng's voice of the language (with why, for the log and
+/// `jarvis doctor`).
 pub fn synthesizer_in(
     models: &Path,
     voice: &VoiceSettings,
     language: crate::config::Language,
 ) -> (Arc<dyn Synthesizer>, Option<VoiceError>) {
-    let english = language.resolved() == crate::config::Language::En;
-    let espeak_voice = if english || !voice.tts_voice.starts_with("en") {
-        voice.tts_voice.clone()
-    } else {
-        language.espeak_voice().to_string()
-    };
+    let espeak_voice = espeak_voice_in(voice, language);
     let espeak = || Arc::new(Espeak::new(&espeak_voice, voice.tts_speed)) as Arc<dyn Synthesizer>;
-    match voice.tts {
-        TtsEngine::Espeak => (espeak(), None),
-        TtsEngine::Piper if !english => (
-            espeak(),
-            Some(VoiceError::NoVoiceFor {
-                language: language.name(),
-            }),
-        ),
-        TtsEngine::Piper => match load_piper(models, voice.tts_speed) {
-            Ok(piper) => (Arc::new(piper), None),
-            Err(err) => (espeak(), Some(err)),
-        },
+    if voice.tts == TtsEngine::Espeak {
+        return (espeak(), None);
+    }
+    let loaded = piper_speaks(models, voice, language).and_then(|file| {
+        onnx_runtime(models)?;
+        Piper::load(&file, voice.tts_speed)
+    });
+    match loaded {
+        Ok(piper) => (Arc::new(piper), None),
+        Err(err) => (espeak(), Some(err)),
+    }
+}
+
+/// Who speaks `language` as the settings stand, for Settings and `jarvis doctor`, from the
+/// files alone (no model loaded): "Piper's voice de_DE-thorsten-medium" or "espeak-ng's de
+/// voice" (with why, where Piper was asked for).
+pub fn speaker_of(
+    models: &Path,
+    voice: &VoiceSettings,
+    language: crate::config::Language,
+) -> String {
+    let espeak = format!(
+        "espeak-ng's {} voice",
+        super::tts::espeak_voice_named(&espeak_voice_in(voice, language))
+    );
+    if voice.tts == TtsEngine::Espeak {
+        return espeak;
+    }
+    let file = chosen_piper_voice(models, voice);
+    let name = file
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match piper_speaks(models, voice, language) {
+        Ok(_) if file.is_file() => format!("Piper's voice {name}"),
+        Ok(_) => format!("{espeak} (Piper's voice is not there: {})", file.display()),
+        Err(VoiceError::NoVoiceFor { speaks, .. }) => {
+            format!("{espeak} (Piper's voice {name} speaks {speaks})")
+        }
+        Err(err) => format!("{espeak} ({err})"),
     }
 }
 

@@ -28,6 +28,8 @@ struct VoiceConfig {
     audio: AudioConfig,
     espeak: EspeakConfig,
     #[serde(default)]
+    language: Option<LanguageConfig>,
+    #[serde(default)]
     inference: InferenceConfig,
     phoneme_id_map: HashMap<String, Vec<i64>>,
 }
@@ -40,6 +42,15 @@ struct AudioConfig {
 #[derive(Debug, Deserialize)]
 struct EspeakConfig {
     voice: String,
+}
+
+/// The voice's language (`"family": "de"`, `"code": "de_DE"`).
+#[derive(Debug, Deserialize)]
+struct LanguageConfig {
+    #[serde(default)]
+    family: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,6 +80,8 @@ pub struct Piper {
     eos: Vec<i64>,
     rate: u32,
     espeak_voice: String,
+    /// The language it speaks, as whisper and the settings name them (`en`, `de`, `zh`).
+    language: String,
     program: String,
     scales: [f32; 3],
 }
@@ -80,6 +93,39 @@ impl std::fmt::Debug for Piper {
             .field("espeak_voice", &self.espeak_voice)
             .finish_non_exhaustive()
     }
+}
+
+/// A voice's language as whisper names it: its configuration's language family, else the
+/// part of its code or of its espeak-ng voice before the region (`de_DE`, `en-us`); Mandarin
+/// (`cmn`) is `zh`.
+fn language_of(language: Option<&LanguageConfig>, espeak_voice: &str) -> String {
+    let named = language
+        .and_then(|l| l.family.clone().or_else(|| l.code.clone()))
+        .unwrap_or_else(|| espeak_voice.to_string())
+        .to_lowercase();
+    let family = named
+        .split(['_', '-', '+'])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    match family.as_str() {
+        "cmn" | "yue" => "zh".to_string(),
+        _ => family,
+    }
+}
+
+/// The language a voice speaks, read from its `.onnx.json` alone; `None` where that cannot be
+/// read (loading the voice then says why).
+pub fn language_of_voice(model: &Path) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Head {
+        espeak: EspeakConfig,
+        #[serde(default)]
+        language: Option<LanguageConfig>,
+    }
+    let text = std::fs::read_to_string(config_path(model)).ok()?;
+    let head: Head = serde_json::from_str(&text).ok()?;
+    Some(language_of(head.language.as_ref(), &head.espeak.voice))
 }
 
 /// The voice's configuration file: `voice.onnx` → `voice.onnx.json`.
@@ -153,7 +199,8 @@ impl Piper {
             bos,
             eos,
             rate: config.audio.sample_rate,
-            espeak_voice: config.espeak.voice,
+            language: language_of(config.language.as_ref(), &config.espeak.voice),
+            espeak_voice: super::tts::espeak_voice_named(&config.espeak.voice),
             program: "espeak-ng".into(),
             scales: [
                 inference.noise_scale,
@@ -161,6 +208,11 @@ impl Piper {
                 inference.noise_w,
             ],
         })
+    }
+
+    /// The language it speaks (`en`, `de`, `zh`…), from its configuration.
+    pub fn language(&self) -> &str {
+        &self.language
     }
 
     /// The same voice without its random variation (noise scales 0): a text always makes the

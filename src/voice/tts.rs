@@ -34,9 +34,32 @@ impl Default for Espeak {
     }
 }
 
+/// The espeak-ng voice to run for `voice`: itself, but Mandarin's plain `cmn` (or `zh`) is
+/// `cmn-latn-pinyin` (a variant after `+` kept). Both have the same phonemes and dictionary; the
+/// plain one reads Latin letters as English, and espeak-ng's Mandarin dictionary as Debian ships
+/// it turns characters into Latin pinyin first — so the plain voice read "明天" as "mink two
+/// tee one".
+pub fn espeak_voice_named(voice: &str) -> String {
+    let (base, variant) = voice.split_once('+').unwrap_or((voice, ""));
+    let base = match base {
+        "cmn" | "zh" | "zh-cmn" => "cmn-latn-pinyin",
+        other => other,
+    };
+    match variant {
+        "" => base.to_string(),
+        variant => format!("{base}+{variant}"),
+    }
+}
+
 impl Espeak {
-    /// espeak-ng with a voice (e.g. `en-us`) and speed.
+    /// espeak-ng with a voice (e.g. `en-us`; see [`espeak_voice_named`]) and speed.
     pub fn new(voice: &str, words_per_minute: u32) -> Espeak {
+        Espeak::exactly(&espeak_voice_named(voice), words_per_minute)
+    }
+
+    /// espeak-ng with exactly the voice named, Mandarin's plain `cmn` too (the benchmark's
+    /// baseline).
+    pub fn exactly(voice: &str, words_per_minute: u32) -> Espeak {
         Espeak {
             voice: voice.into(),
             words_per_minute,
