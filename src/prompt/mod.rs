@@ -624,7 +624,7 @@ mod tests {
         s.mode = Mode::Wake;
         s.cut = Some(Cut::After("Paris ist die Hauptstadt".into()));
         s.pending_confirmation = Some(Confirmation::Forget(
-            "„Mein Hund heißt Bruno“ vergessen (Tatsache 3)?".into(),
+            crate::prompt::Locale::German.forget_question("Mein Hund heißt Bruno.", 3),
         ));
         s.running_actions = 1;
         let req = with_summary(
@@ -643,7 +643,7 @@ mod tests {
              Ortszeit: Donnerstag, 24. September 2026, 14:05 (UTC+02:00)\n\
              Interaktion: gesprochen, nach dem Aktivierungswort\n\
              Vorige Antwort: beim Sprechen unterbrochen, nach „Paris ist die Hauptstadt“; den Rest hat der Nutzer nicht gehört\n\
-             Wartet auf die Bestätigung des Nutzers: „Mein Hund heißt Bruno“ vergessen (Tatsache 3)? (sagt diese Nachricht ja dazu, rufe forget_fact mit dieser id und confirm: true auf; sonst bleibt die Tatsache gespeichert)\n\
+             Wartet auf die Bestätigung des Nutzers: Vergessen: „Mein Hund heißt Bruno.“ (Tatsache 3)? (sagt diese Nachricht ja dazu, rufe forget_fact mit dieser id und confirm: true auf; sonst bleibt die Tatsache gespeichert)\n\
              Noch laufende Aktionen: 1\n\
              [Ende des aktuellen Stands]\n\nUnd Rom?"
         );
