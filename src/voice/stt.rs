@@ -133,10 +133,12 @@ pub fn collapse_repeats(text: &str) -> String {
     let mut sentences: Vec<&str> = Vec::new();
     let mut start = 0;
     for (i, c) in text.char_indices() {
-        if matches!(c, '.' | '!' | '?') {
+        // A full-width mark ends a sentence with no space after it (Chinese).
+        let full_width = matches!(c, '。' | '！' | '？');
+        if matches!(c, '.' | '!' | '?') || full_width {
             let end = i + c.len_utf8();
             let next_is_space = text[end..].chars().next().is_none_or(char::is_whitespace);
-            if next_is_space {
+            if next_is_space || full_width {
                 sentences.push(text[start..end].trim());
                 start = end;
             }
@@ -148,14 +150,25 @@ pub fn collapse_repeats(text: &str) -> String {
     let mut kept: Vec<&str> = Vec::new();
     for sentence in sentences {
         let same = kept.last().is_some_and(|last| {
-            let norm = |s: &str| s.trim_end_matches(['.', '!', '?']).to_lowercase();
+            let norm = |s: &str| {
+                s.trim_end_matches(['.', '!', '?', '。', '！', '？'])
+                    .to_lowercase()
+            };
             norm(last) == norm(sentence)
         });
         if !same {
             kept.push(sentence);
         }
     }
-    collapse_loops(&kept.join(" "))
+    let joined = kept.iter().fold(String::new(), |mut all, sentence| {
+        // Chinese sentences follow each other without a space.
+        if !all.is_empty() && !all.ends_with(['。', '！', '？']) {
+            all.push(' ');
+        }
+        all.push_str(sentence);
+        all
+    });
+    collapse_loops(&joined)
 }
 
 /// The most tokens a decoding of `samples` (16 kHz) may write: 8 a second (a fast talker says
@@ -172,31 +185,73 @@ fn max_tokens_for(samples: usize) -> i32 {
 /// fallback) needs several decodes, and the loop is always a decoding artefact in a spoken
 /// question.
 pub fn collapse_loops(text: &str) -> String {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let norm = |w: &str| {
-        w.trim_matches(|c: char| !c.is_alphanumeric())
-            .to_lowercase()
-    };
-    let normalized: Vec<String> = words.iter().map(|w| norm(w)).collect();
-    let mut kept: Vec<&str> = Vec::with_capacity(words.len());
+    let units = units(text);
+    let normalized: Vec<String> = units
+        .iter()
+        .map(|(unit, _)| {
+            unit.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let mut kept: Vec<(&str, bool)> = Vec::with_capacity(units.len());
     let mut i = 0;
-    'words: while i < words.len() {
+    'units: while i < units.len() {
         for n in 1..=8 {
             let same = |a: usize, b: usize| normalized[a..a + n] == normalized[b..b + n];
-            if i + 3 * n <= words.len() && same(i, i + n) && same(i, i + 2 * n) {
+            if i + 3 * n <= units.len() && same(i, i + n) && same(i, i + 2 * n) {
                 let mut end = i + 3 * n;
-                while end + n <= words.len() && same(i, end) {
+                while end + n <= units.len() && same(i, end) {
                     end += n;
                 }
-                kept.extend_from_slice(&words[i..i + n]);
+                kept.extend_from_slice(&units[i..i + n]);
                 i = end;
-                continue 'words;
+                continue 'units;
             }
         }
-        kept.push(words[i]);
+        kept.push(units[i]);
         i += 1;
     }
-    kept.join(" ")
+    let mut out = String::with_capacity(text.len());
+    for (unit, spaced) in kept {
+        if spaced && !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(unit);
+    }
+    out
+}
+
+/// Whether `c` is written without spaces around it: a Chinese (or Japanese) character, or the
+/// punctuation and full-width forms that go with them.
+fn unspaced(c: char) -> bool {
+    matches!(c, '\u{3000}'..='\u{303F}' | '\u{3040}'..='\u{30FF}' | '\u{3400}'..='\u{4DBF}'
+        | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}' | '\u{FF00}'..='\u{FFEF}')
+}
+
+/// The units a loop is counted in, each with whether a space came before it: the words, and in
+/// text written without spaces each of its characters ("强强强强" is four; "2000年" is "2000"
+/// and "年").
+fn units(text: &str) -> Vec<(&str, bool)> {
+    let mut out = Vec::new();
+    for word in text.split_whitespace() {
+        let mut spaced = true;
+        let mut start = 0;
+        for (i, c) in word.char_indices() {
+            if unspaced(c) {
+                if start < i {
+                    out.push((&word[start..i], spaced));
+                    spaced = false;
+                }
+                out.push((&word[i..i + c.len_utf8()], spaced));
+                spaced = false;
+                start = i + c.len_utf8();
+            }
+        }
+        if start < word.len() {
+            out.push((&word[start..], spaced));
+        }
+    }
+    out
 }
 
 impl Whisper {
@@ -262,22 +317,45 @@ impl Whisper {
     }
 }
 
+/// Whisper's bytes as text. A byte sequence that is not UTF-8 — a token that began a
+/// character whose end the decoding never wrote ("Wetter" came back "met\u{FFFD}" from a German
+/// clip) — is dropped, not shown as "\u{FFFD}".
+fn text_of(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.contains('\u{FFFD}') {
+        text.replace('\u{FFFD}', "")
+    } else {
+        text.into_owned()
+    }
+}
+
 /// What whisper is told it heard before, in Chinese: "what follows are sentences in Mandarin."
 const SIMPLIFIED_PROMPT: &str = "以下是普通话的句子。";
 
 /// `text` without the prompt whisper was given, where it wrote that back instead of (or before)
 /// what it heard — as it does on a clip it cannot follow ("以下是普通话的句子。" for "谁写了红楼
-/// 梦？" in `cargo bench --bench language`); nothing where only a piece of the prompt is left.
+/// 梦？" in `cargo bench --bench language`). Nothing is left where the transcript is most of the
+/// prompt alone (six of its nine characters or more, as "普通话的句子"); a few of its words said
+/// on their own ("普通话", "句子") are the user's.
 fn without_prompt(text: &str) -> String {
     let sentence = SIMPLIFIED_PROMPT.trim_end_matches('。');
-    let rest = text.replace(sentence, "");
-    let words: String = rest.chars().filter(|c| c.is_alphanumeric()).collect();
-    if words.is_empty() || (words.chars().count() > 1 && sentence.contains(&words)) {
-        String::new()
-    } else {
-        rest.trim_start_matches(|c: char| !c.is_alphanumeric())
-            .trim()
-            .to_string()
+    let words = |t: &str| -> String { t.chars().filter(|c| c.is_alphanumeric()).collect() };
+    let all = words(text);
+    if all.chars().count() >= 6 && sentence.contains(&all) {
+        return String::new();
+    }
+    match text.find(sentence) {
+        Some(at) => {
+            let rest = format!("{}{}", &text[..at], &text[at + sentence.len()..]);
+            if words(&rest).is_empty() {
+                String::new()
+            } else {
+                rest.trim_start_matches(['。', '，', '.', ',', ' '])
+                    .trim()
+                    .to_string()
+            }
+        }
+        None => text.to_string(),
     }
 }
 
@@ -428,16 +506,44 @@ impl Whisper {
             no_speech = no_speech.max(segment.no_speech_probability());
             tokens = tokens.max(segment.n_tokens());
         }
-        Ok((
-            String::from_utf8_lossy(&bytes).into_owned(),
-            no_speech,
-            tokens,
-        ))
+        Ok((text_of(&bytes), no_speech, tokens))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_loop_or_a_repeated_sentence_in_chinese_is_kept_once() {
+        use super::collapse_repeats;
+        assert_eq!(collapse_repeats("坚强强强强强强强奥"), "坚强奥");
+        assert_eq!(collapse_repeats("好的。好的。"), "好的。");
+        assert_eq!(collapse_repeats("停！停！停！"), "停！");
+        assert_eq!(
+            collapse_repeats("我想，我想，我想，我想听音乐"),
+            "我想，我想听音乐"
+        );
+        // Doubled characters and numbers are words, kept.
+        for kept in [
+            "谢谢你。",
+            "天天都是2000年。",
+            "明天见。你好。",
+            "看看 iPhone 15 Pro",
+        ] {
+            assert_eq!(collapse_repeats(kept), kept);
+        }
+        assert_eq!(
+            collapse_repeats("what is the weather what is the weather what is the weather"),
+            "what is the weather"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_dropped_from_the_text() {
+        assert_eq!(super::text_of(b"das met\xc3, mogen"), "das met, mogen");
+        assert_eq!(super::text_of("Hör auf.".as_bytes()), "Hör auf.");
+        assert_eq!(super::text_of(b"\xe5\x81"), "");
+    }
+
     #[test]
     fn the_prompt_written_back_is_not_taken_for_words() {
         use super::without_prompt;
@@ -449,13 +555,21 @@ mod tests {
             "现在几点？"
         );
         assert_eq!(without_prompt("我以下是普通话的句子。"), "我。");
-        assert_eq!(without_prompt("现在几点？"), "现在几点？");
-        assert_eq!(
-            without_prompt("以下是我的问题：现在几点？"),
-            "以下是我的问题：现在几点？"
-        );
-        // One character that is also the prompt's is the user's ("是" answers a question).
-        assert_eq!(without_prompt("是。"), "是。");
+        // The user's own words, and their punctuation, are left as they are.
+        for said in [
+            "现在几点？",
+            "以下是我的问题：现在几点？",
+            "是。",
+            "普通话。",
+            "句子",
+            "以下",
+            "是普通话吗？",
+            "《红楼梦》是谁写的？",
+            "“你好”",
+            "(音乐)",
+        ] {
+            assert_eq!(without_prompt(said), said);
+        }
     }
 
     #[test]
