@@ -275,4 +275,11 @@ async fn a_piper_voice_of_the_users_language_speaks_it_and_one_of_another_does_n
         "{err}"
     );
     assert!(!clip.samples.is_empty());
+    let line = doctor().await;
+    assert!(
+        line.contains(
+            "spoken by espeak-ng's de voice (Piper's voice de_DE-probe-medium has no readable"
+        ),
+        "{line}"
+    );
 }

@@ -173,6 +173,7 @@ fn form_of(settings: &Settings) -> SettingsForm {
         wake_threshold: settings.voice.wake_threshold,
         tts: settings.voice.tts,
         tts_speed: settings.voice.tts_speed,
+        piper_voice: settings.voice.piper_voice.clone(),
         input_device: settings.voice.input_device.clone(),
         rules: settings.profile.rules.clone(),
         theme: settings.desktop.theme,
@@ -312,6 +313,40 @@ async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_
     let received = rig.stub.received();
     let body = received.last().unwrap().body["messages"].to_string();
     assert!(body.contains("[Aktueller Stand | von der App"), "{body}");
+
+    // A Piper voice file: one that is not there, or has no configuration beside it that can
+    // be read, is refused with why and nothing is written; one of German is kept, and the voice
+    // restarts to speak with it.
+    let voices = rig.dir.path().join("voices");
+    std::fs::create_dir_all(&voices).unwrap();
+    let voice = voices.join("de_DE-probe-medium.onnx");
+    let before = rig.file();
+    for (problem, config) in [
+        ("is not there", None),
+        ("no voice configuration", Some("{")),
+    ] {
+        if let Some(config) = config {
+            std::fs::write(&voice, b"onnx").unwrap();
+            std::fs::write(voices.join("de_DE-probe-medium.onnx.json"), config).unwrap();
+        }
+        let mut form = rig.form();
+        form.piper_voice = voice.display().to_string();
+        let refused = rig.session.apply(form).await.unwrap_err().to_string();
+        assert!(refused.contains(problem), "{refused}");
+        assert_eq!(rig.file(), before, "nothing written");
+    }
+    std::fs::write(
+        voices.join("de_DE-probe-medium.onnx.json"),
+        r#"{"audio":{"sample_rate":22050},"espeak":{"voice":"de"},"language":{"family":"de"}}"#,
+    )
+    .unwrap();
+    let mut form = rig.form();
+    form.piper_voice = voice.display().to_string();
+    let applied = rig.session.apply(form).await.unwrap();
+    assert!(applied.voice, "the voice speaks with it now: {applied:?}");
+    assert!(rig.file().contains("piper_voice = "), "{}", rig.file());
+    let view = rig.session.view().await;
+    assert_eq!(view.piper_voice, voice.display().to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -274,7 +274,10 @@ fn voice_parts(config: &Config, report: &mut Report) {
     );
     let wake = voice::models::wake_factory(&models);
     let espeak = voice::Espeak::new(&s.tts_voice, s.tts_speed).available();
-    report.found("speaking voice", speaking_voice(&models, s, espeak));
+    report.found(
+        "speaking voice",
+        speaking_voice(&models, s, language, espeak),
+    );
     report.found(
         "noise",
         match voice::models::load_silero(&models) {
@@ -398,10 +401,11 @@ async fn reachable(url: &str) -> Result<(), String> {
     }
 }
 
-/// Who speaks the replies, and why espeak-ng does where Piper was asked for.
+/// Who speaks the replies in `language`, and why espeak-ng does where Piper was asked for.
 fn speaking_voice(
     models: &std::path::Path,
     s: &crate::config::VoiceSettings,
+    language: crate::config::Language,
     espeak: bool,
 ) -> String {
     let espeak_state = if espeak {
@@ -411,16 +415,24 @@ fn speaking_voice(
     };
     match s.tts {
         crate::config::TtsEngine::Espeak => format!("{espeak_state} ([voice] tts = \"espeak\")"),
-        crate::config::TtsEngine::Piper => match voice::models::onnx_runtime(models).and_then(
-            |()| voice::Piper::load(&voice::models::chosen_piper_voice(models, s), s.tts_speed),
-        ) {
-            Ok(_) => format!(
+        crate::config::TtsEngine::Piper => match voice::models::synthesizer_in(models, s, language)
+        {
+            (_, None) => format!(
                 "Piper ({})",
                 voice::models::chosen_piper_voice(models, s).display()
             ),
-            Err(err) => format!(
-                "{espeak_state}, because Piper's voice is not available: {err} (scripts/models voice installs it)"
-            ),
+            (_, Some(err)) => {
+                let hint = match err {
+                    voice::VoiceError::ModelMissing { .. }
+                    | voice::VoiceError::ModelBroken { .. }
+                        if s.piper_voice.trim().is_empty() =>
+                    {
+                        " (scripts/models voice installs it)"
+                    }
+                    _ => "",
+                };
+                format!("{espeak_state}, because Piper's voice is not available: {err}{hint}")
+            }
         },
     }
 }

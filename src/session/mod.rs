@@ -439,6 +439,9 @@ impl Session {
     /// quiet when the speech model, threshold or microphone changed. Says what changed.
     pub async fn apply(&self, form: SettingsForm) -> Result<Applied, SessionError> {
         let changes = form.changes().map_err(SessionError::Invalid)?;
+        if let Some(problem) = form.piper_voice_problem(&self.config().model_dir()) {
+            return Err(SessionError::Invalid(problem));
+        }
         let new_key = form.new_key().map(str::to_string);
         if new_key.is_none() {
             self.key_stays_with_its_host(&form).await?;
@@ -509,6 +512,8 @@ impl Session {
             || old.voice.wake_threshold != new.voice.wake_threshold
             || old.voice.input_device != new.voice.input_device
             || old.voice.tts != new.voice.tts
+            || old.voice.piper_voice != new.voice.piper_voice
+            || old.voice.tts_voice != new.voice.tts_voice
             || old.voice.tts_speed != new.voice.tts_speed;
         self.service
             .reconfigure(backend, self.options_for(new))

@@ -54,6 +54,8 @@ pub struct SettingsView {
     /// Why Piper's voice cannot speak (its file is not installed), when it cannot: espeak-ng
     /// speaks instead.
     pub piper_missing: Option<String>,
+    /// The Piper voice chosen (a `.onnx`; empty: the installed one).
+    pub piper_voice: String,
     /// The microphone by name (empty: the system's default).
     pub input_device: String,
     /// The user's rules file (empty: the built-in rules).
@@ -116,12 +118,20 @@ impl SettingsView {
             piper_missing: {
                 let file = crate::voice::models::chosen_piper_voice(&config.model_dir(), &s.voice);
                 (!file.is_file()).then(|| {
-                    format!(
-                        "Piper's voice is not installed ({}; scripts/models voice installs it): espeak-ng speaks instead",
-                        file.display()
-                    )
+                    if s.voice.piper_voice.trim().is_empty() {
+                        format!(
+                            "Piper's voice is not installed ({}; scripts/models voice installs it): espeak-ng speaks instead",
+                            file.display()
+                        )
+                    } else {
+                        format!(
+                            "Piper's voice is not there ({}, [voice] piper_voice): espeak-ng speaks instead",
+                            file.display()
+                        )
+                    }
                 })
             },
+            piper_voice: s.voice.piper_voice.clone(),
             input_device: s.voice.input_device.clone(),
             rules: s.profile.rules.clone(),
             theme: s.desktop.theme,
@@ -174,6 +184,9 @@ pub struct SettingsForm {
     pub tts: TtsEngine,
     /// How fast it speaks, in words a minute (80–450).
     pub tts_speed: u32,
+    /// The Piper voice: a voice's `.onnx`, its `.onnx.json` beside it (empty: the installed
+    /// one).
+    pub piper_voice: String,
     /// The microphone by name (empty: the system's default).
     pub input_device: String,
     /// The user's rules file (empty: the built-in rules).
@@ -220,6 +233,29 @@ fn language_note(config: &Config) -> String {
 }
 
 impl SettingsForm {
+    /// Why the Piper voice named cannot be used, where it cannot (`models`: the model folder a
+    /// relative path is in): not there, or no voice configuration beside it that can be read.
+    pub(crate) fn piper_voice_problem(&self, models: &std::path::Path) -> Option<String> {
+        let named = self.piper_voice.trim();
+        if named.is_empty() {
+            return None;
+        }
+        let file = models.join(named);
+        let config = crate::voice::piper::config_path(&file);
+        if !file.is_file() {
+            Some(format!("the Piper voice {} is not there", file.display()))
+        } else if crate::voice::piper::language_of_voice(&file).is_none() {
+            Some(format!(
+                "the Piper voice {} has no voice configuration that can be read beside it ({}): \
+                 a Piper voice is its .onnx with the .onnx.json beside it",
+                file.display(),
+                config.display()
+            ))
+        } else {
+            None
+        }
+    }
+
     /// The key the form gives, if any (trimmed).
     pub(crate) fn new_key(&self) -> Option<&str> {
         self.api_key
@@ -289,6 +325,7 @@ impl SettingsForm {
                 vec!["voice", "tts_speed"],
                 Some(SettingValue::Int(i64::from(self.tts_speed))),
             ),
+            (vec!["voice", "piper_voice"], text(&self.piper_voice)),
             (vec!["voice", "input_device"], text(&self.input_device)),
             (vec!["profile", "rules"], text(&self.rules)),
         ];

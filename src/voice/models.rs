@@ -232,8 +232,17 @@ pub fn speaker_of(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     match piper_speaks(models, voice, language) {
-        Ok(_) if file.is_file() => format!("Piper's voice {name}"),
-        Ok(_) => format!("{espeak} (Piper's voice is not there: {})", file.display()),
+        Ok(_) if !file.is_file() => {
+            format!("{espeak} (Piper's voice is not there: {})", file.display())
+        }
+        Ok(_) if super::piper::language_of_voice(&file).is_none() => format!(
+            "{espeak} (Piper's voice {name} has no readable {})",
+            super::piper::config_path(&file).display()
+        ),
+        Ok(_) if !crate::onnx::library_path(models).is_file() => {
+            format!("{espeak} (ONNX Runtime is not installed: scripts/models voice)")
+        }
+        Ok(_) => format!("Piper's voice {name}"),
         Err(VoiceError::NoVoiceFor { speaks, .. }) => {
             format!("{espeak} (Piper's voice {name} speaks {speaks})")
         }

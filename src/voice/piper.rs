@@ -97,11 +97,18 @@ impl std::fmt::Debug for Piper {
 
 /// A voice's language as whisper names it: its configuration's language family, else the
 /// part of its code or of its espeak-ng voice before the region (`de_DE`, `en-us`); Mandarin
-/// (`cmn`) is `zh`.
+/// (`cmn`) is `zh`. (A Cantonese voice, `yue`, is not taken for Mandarin.)
 fn language_of(language: Option<&LanguageConfig>, espeak_voice: &str) -> String {
     let named = language
-        .and_then(|l| l.family.clone().or_else(|| l.code.clone()))
+        .and_then(|l| {
+            [&l.family, &l.code]
+                .into_iter()
+                .flatten()
+                .find(|n| !n.trim().is_empty())
+                .cloned()
+        })
         .unwrap_or_else(|| espeak_voice.to_string())
+        .trim()
         .to_lowercase();
     let family = named
         .split(['_', '-', '+'])
@@ -109,7 +116,7 @@ fn language_of(language: Option<&LanguageConfig>, espeak_voice: &str) -> String 
         .unwrap_or_default()
         .to_string();
     match family.as_str() {
-        "cmn" | "yue" => "zh".to_string(),
+        "cmn" => "zh".to_string(),
         _ => family,
     }
 }

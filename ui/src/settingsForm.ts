@@ -81,6 +81,7 @@ export async function openSettings(): Promise<void> {
   byId<HTMLInputElement>("set-wake").value = String(current.wake_threshold);
   byId<HTMLSelectElement>("set-tts").value = current.tts;
   byId<HTMLInputElement>("set-speed").value = String(current.tts_speed);
+  byId<HTMLInputElement>("set-piper").value = current.piper_voice;
   byId("set-tts-note").textContent = current.piper_missing ?? "";
   byId<HTMLSelectElement>("set-mic").replaceChildren();
   showMicrophones(current.input_device, null);
@@ -115,6 +116,7 @@ export function wireSettings(afterSave: () => Promise<void>): void {
         wake_threshold: Number(byId<HTMLInputElement>("set-wake").value),
         tts: byId<HTMLSelectElement>("set-tts").value as TtsEngine,
         tts_speed: Number(byId<HTMLInputElement>("set-speed").value),
+        piper_voice: byId<HTMLInputElement>("set-piper").value.trim(),
         input_device: byId<HTMLSelectElement>("set-mic").value,
         rules: byId<HTMLInputElement>("set-rules").value.trim(),
         theme: byId<HTMLSelectElement>("set-theme").value as Theme,

@@ -358,6 +358,8 @@ export type SettingsView = {
    * speaks instead.
    */
   piper_missing: string | null,
+  /** The Piper voice chosen (a `.onnx`; empty: the installed one). */
+  piper_voice: string,
   /** The microphone by name (empty: the system's default). */
   input_device: string,
   /** The user's rules file (empty: the built-in rules). */
@@ -396,6 +398,11 @@ export type SettingsForm = {
   tts: TtsEngine,
   /** How fast it speaks, in words a minute (80–450). */
   tts_speed: number,
+  /**
+   * The Piper voice: a voice's `.onnx`, its `.onnx.json` beside it (empty: the installed
+   * one).
+   */
+  piper_voice: string,
   /** The microphone by name (empty: the system's default). */
   input_device: string,
   /** The user's rules file (empty: the built-in rules). */
