@@ -309,10 +309,17 @@ fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
         .trim_end_matches(" now")
         .trim_end_matches(" jetzt")
         .trim_end_matches(" 吧");
-    // (A phrase is compared as its words are: "别说了" as "别 说 了".)
+    // (A phrase is compared as its words are: "别说了" as "别 说 了"; and with the spaces
+    // between them dropped, as whisper writes a short phrase run together: "Schongut.",
+    // "Hörauf.", "Nevermind.")
+    let unspaced = |t: &str| t.replace(' ', "");
+    let (joined_close, trimmed_close) = (unspaced(&joined), unspaced(trimmed));
     phrases.iter().any(|p| {
         let p = words(p).join(" ");
-        p == joined || p == trimmed
+        p == joined || p == trimmed || {
+            let p = unspaced(&p);
+            p == joined_close || p == trimmed_close
+        }
     })
 }
 
@@ -428,6 +435,10 @@ mod tests {
             "算了算了。",
             "好了，别说了。",
             "嗯，停。",
+            // Run together, as whisper writes them from a quick voice.
+            "Schongut.",
+            "Hörauf!",
+            "Stopit.",
         ] {
             assert_eq!(plain(stop), Heard::Stop, "{stop}");
         }
@@ -451,6 +462,7 @@ mod tests {
             "Tschüss!",
             "Danke, das war's.",
             "Auf Wiedersehen.",
+            "Aufwiedersehen.",
             "再见！",
             "好了，谢谢。",
         ] {
