@@ -656,6 +656,34 @@ async fn opening_a_chat_warms_the_local_model_with_the_next_question_s_request_u
     }
 }
 
+/// Issue 29: a change of language warms the local model anew, in the new language — what was
+/// warmed before has the old language's system prompt, which the next question no longer has.
+#[tokio::test]
+async fn a_change_of_language_warms_the_local_model_in_the_new_one() {
+    let (_dir, requests, service) = recording_service(true);
+    let (_, reply, mut attachment) = ask_new(&service, "Hello.").await;
+    until_end(&mut attachment, reply).await;
+    let sent = || requests.lock().unwrap().len();
+    eventually("the first question sent", || sent() == 1).await;
+
+    let mut german = jarvis::config::Settings::default();
+    german.general.language = jarvis::config::Language::De;
+    service
+        .reconfigure(None, jarvis::ServiceOptions::from_settings(&german))
+        .await
+        .unwrap();
+    eventually("the warm-up in German sent", || sent() == 2).await;
+    let (_, reply, mut attachment) = ask_new(&service, "Wie spät ist es?").await;
+    until_end(&mut attachment, reply).await;
+    let requests = requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    assert_warmed_for(&requests[1], &requests[2], "nothing before the question");
+    assert_ne!(
+        requests[0].system, requests[2].system,
+        "the system prompt is German now"
+    );
+}
+
 /// Waits for the voice conversation's next reply to end.
 async fn voice_reply_ended(orb: &mut jarvis::service::VoiceAttachment) {
     loop {

@@ -730,9 +730,15 @@ impl Actor {
                 }
                 // Recall lives as long as the service; settings do not carry it.
                 let recall = self.options.recall.take();
+                let language_changed = self.options.locale != options.locale;
                 self.options = *options;
                 if self.options.recall.is_none() {
                     self.options.recall = recall;
+                }
+                if language_changed {
+                    // What was warmed is in the old language (the system prompt's note on the
+                    // envelopes): the next question would find none of it cached.
+                    self.warm(None);
                 }
                 // "Listen for Hey Jarvis while hidden" turned off while hidden closes it now.
                 self.voice
