@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use jarvis::config::{Config, Language, SpeechModel};
-use jarvis::voice::{models, Espeak, Synthesizer, Transcriber, Whisper, SAMPLE_RATE};
+use jarvis::voice::{fixtures, models, Espeak, Synthesizer, Transcriber, Whisper, SAMPLE_RATE};
 
 const ENGLISH: [&str; 20] = [
     "What is the weather like in Berlin tomorrow?",
@@ -112,23 +112,6 @@ fn units(text: &str, characters: bool) -> Vec<String> {
     }
 }
 
-/// Levenshtein distance between two sequences.
-fn edits(a: &[String], b: &[String]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, x) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, y) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(x != y));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
 /// The error rate of `whisper` on `sentences` said by each of `voices`, and the time it took.
 fn error_rate(
     name: &str,
@@ -172,7 +155,7 @@ fn error_rate_in(
             seconds += started.elapsed().as_secs_f64();
             spoken += clip.samples.len() as f64 / f64::from(SAMPLE_RATE);
             let (want, got) = (units(sentence, characters), units(&heard.text, characters));
-            let e = edits(&want, &got);
+            let e = fixtures::edits(&want, &got);
             wrong += e;
             total += want.len();
             if show {

@@ -1548,22 +1548,8 @@ async fn in_german_jarvis_says_it_and_hears_stopp_and_hoer_auf_as_stops() {
         .then(&say("Hör auf.", "hoer.wav").await)
         .then(&silence(1800));
     let wav = dir.path().join("deutsch.wav");
-    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
-    let mut cmd = jarvis(&dir);
-    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-    cmd.args([
-        "listen",
-        "--wav",
-        wav.to_str().unwrap(),
-        "--mode",
-        "hands_free",
-    ]);
-    let (code, out, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
-    assert_eq!(code, 0, "{err}");
-    let verdicts: Vec<String> = out
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["heard"].to_string())
-        .collect();
+    let (heard, out) = listened(&dir, &wav, &session).await;
+    let verdicts: Vec<String> = heard.iter().map(|u| u["heard"].to_string()).collect();
     assert_eq!(verdicts, ["\"question\"", "\"stop\"", "\"stop\""], "{out}");
 
     let mut cmd = jarvis(&dir);
@@ -1601,21 +1587,30 @@ fn han(text: &str) -> Vec<char> {
         .collect()
 }
 
-/// Levenshtein distance between two character sequences.
-fn edits(a: &[char], b: &[char]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, x) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, y) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(x != y));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
+/// `session` written to `wav` and heard by `jarvis listen` hands-free, with the models
+/// installed: each utterance's JSON line, and all of them as printed.
+async fn listened(
+    dir: &Dir,
+    wav: &std::path::Path,
+    session: &Clip,
+) -> (Vec<serde_json::Value>, String) {
+    std::fs::write(wav, session.to_wav_bytes()).unwrap();
+    let mut cmd = jarvis(dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args([
+        "listen",
+        "--wav",
+        wav.to_str().unwrap(),
+        "--mode",
+        "hands_free",
+    ]);
+    let (code, out, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    let heard = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (heard, out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1648,22 +1643,7 @@ async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_character
         session = session.then(&said).then(&silence(1800));
     }
     let wav = dir.path().join("zhongwen.wav");
-    std::fs::write(&wav, session.to_wav_bytes()).unwrap();
-    let mut cmd = jarvis(&dir);
-    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-    cmd.args([
-        "listen",
-        "--wav",
-        wav.to_str().unwrap(),
-        "--mode",
-        "hands_free",
-    ]);
-    let (code, out, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
-    assert_eq!(code, 0, "{err}");
-    let heard: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (heard, out) = listened(&dir, &wav, &session).await;
     assert_eq!(heard.len(), questions.len(), "{out}");
     let (mut wrong, mut total) = (0, 0);
     for (question, utterance) in questions.iter().zip(&heard) {
@@ -1676,7 +1656,7 @@ async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_character
             han(text).len() * 10 >= letters * 9 && !han(text).is_empty(),
             "not written in characters: {out}"
         );
-        wrong += edits(&han(question), &han(text));
+        wrong += fixtures::edits(&han(question), &han(text));
         total += han(question).len();
     }
     // Whisper base on espeak-ng's formant Mandarin gets many characters wrong (BENCHMARKS.md,

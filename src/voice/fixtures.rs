@@ -528,3 +528,21 @@ pub fn ducked(answer: &[f32], at: usize, len: usize) -> Vec<f32> {
         .map(|(i, s)| if i >= from && i < to { s * 0.2 } else { *s })
         .collect()
 }
+
+/// The edits (insertions, deletions, substitutions) that make `a` into `b`: the Levenshtein
+/// distance of words or characters, for error rates.
+pub fn edits<T: PartialEq>(a: &[T], b: &[T]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(x != y));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
