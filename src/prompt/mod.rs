@@ -372,13 +372,17 @@ pub fn assemble_stated(
     let mut state = State::now(a.mode);
     state.locale = a.locale;
     state.cut = a.previous.as_ref().and_then(Cut::of);
-    state.pending_confirmation = pending.map(|(pending, question)| match pending {
-        crate::store::Pending::Forget(_) => Confirmation::Forget(question),
-        crate::store::Pending::Remember(_) => Confirmation::Remember(question),
-        crate::store::Pending::Tool(call) => Confirmation::Tool {
-            question,
-            name: call.name,
-        },
+    state.pending_confirmation = pending.map(|(pending, question)| {
+        // Made of words from outside (a fact proposed, a call's arguments): never a heading.
+        let question = crate::envelope::neutralise(&question).into_owned();
+        match pending {
+            crate::store::Pending::Forget(_) => Confirmation::Forget(question),
+            crate::store::Pending::Remember(_) => Confirmation::Remember(question),
+            crate::store::Pending::Tool(call) => Confirmation::Tool {
+                question,
+                name: call.name,
+            },
+        }
     });
     state.running_actions = a.running_actions;
     // A compacted chat: the records from its anchor on, after the summary of the rest.
