@@ -198,7 +198,11 @@ pub fn collapse_loops(text: &str) -> String {
     'units: while i < units.len() {
         for n in 1..=8 {
             let same = |a: usize, b: usize| normalized[a..a + n] == normalized[b..b + n];
-            if i + 3 * n <= units.len() && same(i, i + n) && same(i, i + 2 * n) {
+            if i + 3 * n <= units.len()
+                && same(i, i + n)
+                && same(i, i + 2 * n)
+                && !normalized[i..i + n].iter().all(|u| numeral(u))
+            {
                 let mut end = i + 3 * n;
                 while end + n <= units.len() && same(i, end) {
                     end += n;
@@ -219,6 +223,15 @@ pub fn collapse_loops(text: &str) -> String {
         out.push_str(unit);
     }
     out
+}
+
+/// Whether a unit is a number or a Chinese numeral: its repeats are digits ("一九九九年",
+/// "房间号三三三"), never a loop.
+fn numeral(unit: &str) -> bool {
+    !unit.is_empty()
+        && unit
+            .chars()
+            .all(|c| c.is_numeric() || "〇零一二两三四五六七八九十百千万亿".contains(c))
 }
 
 /// Whether `c` is written without spaces around it: a Chinese (or Japanese) character, or the
@@ -528,6 +541,10 @@ mod tests {
             "天天都是2000年。",
             "明天见。你好。",
             "看看 iPhone 15 Pro",
+            "一九九九年我出生。",
+            "房间号三三三。",
+            "二〇〇〇年",
+            "９９９",
         ] {
             assert_eq!(collapse_repeats(kept), kept);
         }
