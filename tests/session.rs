@@ -347,6 +347,12 @@ async fn saving_settings_says_what_must_restart_and_the_next_reply_uses_the_new_
     assert!(rig.file().contains("piper_voice = "), "{}", rig.file());
     let view = rig.session.view().await;
     assert_eq!(view.piper_voice, voice.display().to_string());
+    // The voice gone since (a drive not mounted) holds back no other change.
+    std::fs::remove_file(&voice).unwrap();
+    let mut form = rig.form();
+    form.theme = Theme::Light;
+    rig.session.apply(form).await.unwrap();
+    assert!(rig.file().contains("theme = \"light\""), "{}", rig.file());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

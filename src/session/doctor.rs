@@ -422,10 +422,10 @@ fn speaking_voice(
                 voice::models::chosen_piper_voice(models, s).display()
             ),
             (_, Some(err)) => {
-                let hint = match err {
-                    voice::VoiceError::ModelMissing { .. }
-                    | voice::VoiceError::ModelBroken { .. }
-                        if s.piper_voice.trim().is_empty() =>
+                let hint = match &err {
+                    voice::VoiceError::ModelMissing { what, .. }
+                    | voice::VoiceError::ModelBroken { what, .. }
+                        if s.piper_voice.trim().is_empty() || *what == "ONNX Runtime" =>
                     {
                         " (scripts/models voice installs it)"
                     }

@@ -439,8 +439,13 @@ impl Session {
     /// quiet when the speech model, threshold or microphone changed. Says what changed.
     pub async fn apply(&self, form: SettingsForm) -> Result<Applied, SessionError> {
         let changes = form.changes().map_err(SessionError::Invalid)?;
-        if let Some(problem) = form.piper_voice_problem(&self.config().model_dir()) {
-            return Err(SessionError::Invalid(problem));
+        // Only a voice newly named is checked: one that went missing since (a drive not
+        // mounted) does not hold back every other change, and is said on the page.
+        let config = self.config();
+        if form.piper_voice.trim() != config.settings.voice.piper_voice.trim() {
+            if let Some(problem) = form.piper_voice_problem(&config.model_dir()) {
+                return Err(SessionError::Invalid(problem));
+            }
         }
         let new_key = form.new_key().map(str::to_string);
         if new_key.is_none() {
