@@ -28,8 +28,6 @@ struct VoiceConfig {
     audio: AudioConfig,
     espeak: EspeakConfig,
     #[serde(default)]
-    language: Option<LanguageConfig>,
-    #[serde(default)]
     inference: InferenceConfig,
     phoneme_id_map: HashMap<String, Vec<i64>>,
 }
@@ -80,8 +78,6 @@ pub struct Piper {
     eos: Vec<i64>,
     rate: u32,
     espeak_voice: String,
-    /// The language it speaks, as whisper and the settings name them (`en`, `de`, `zh`).
-    language: String,
     program: String,
     scales: [f32; 3],
 }
@@ -206,7 +202,6 @@ impl Piper {
             bos,
             eos,
             rate: config.audio.sample_rate,
-            language: language_of(config.language.as_ref(), &config.espeak.voice),
             espeak_voice: super::tts::espeak_voice_named(&config.espeak.voice),
             program: "espeak-ng".into(),
             scales: [
@@ -215,11 +210,6 @@ impl Piper {
                 inference.noise_w,
             ],
         })
-    }
-
-    /// The language it speaks (`en`, `de`, `zh`…), from its configuration.
-    pub fn language(&self) -> &str {
-        &self.language
     }
 
     /// The same voice without its random variation (noise scales 0): a text always makes the
