@@ -329,8 +329,6 @@ fn looks_like_day(tag: &str) -> bool {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let words: Vec<&str> = tag.split(' ').collect();
-    let day_number =
-        |w: &str| !w.is_empty() && w.len() <= 2 && w.chars().all(|c| c.is_ascii_digit());
     // "Thu 24 Sep", as the app writes it (a link's "[Sunday Brunch Menu]" is not one).
     let english = words.len() == 3
         && DAYS.contains(&words[0])
@@ -345,9 +343,13 @@ fn looks_like_day(tag: &str) -> bool {
     english || german || chinese
 }
 
+/// A day or month number as a day line writes it: one or two digits.
+fn day_number(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 2 && s.chars().all(|c| c.is_ascii_digit())
+}
+
 /// A day line in Chinese, as the app writes it: "9月24日 周四".
 fn chinese_day(tag: &str) -> bool {
-    let number = |s: &str| !s.is_empty() && s.len() <= 2 && s.chars().all(|c| c.is_ascii_digit());
     let Some((date, day)) = tag.split_once(' ') else {
         return false;
     };
@@ -360,7 +362,7 @@ fn chinese_day(tag: &str) -> bool {
     let weekday = day
         .strip_prefix('周')
         .is_some_and(|d| matches!(d, "一" | "二" | "三" | "四" | "五" | "六" | "日"));
-    number(month) && number(date) && weekday
+    day_number(month) && day_number(date) && weekday
 }
 
 #[cfg(test)]

@@ -216,7 +216,7 @@ pub fn words(text: &str) -> Vec<String> {
 }
 
 /// A character of a script written without spaces between words (CJK ideographs, kana).
-fn is_unspaced(c: char) -> bool {
+pub(crate) fn is_unspaced(c: char) -> bool {
     matches!(c,
         '\u{3040}'..='\u{30ff}'   // hiragana, katakana
         | '\u{3400}'..='\u{4dbf}' // CJK extension A
@@ -226,7 +226,7 @@ fn is_unspaced(c: char) -> bool {
 }
 
 /// Full-width punctuation: 。！？，、；：「」『』（）and the like.
-fn is_cjk_punctuation(c: char) -> bool {
+pub(crate) fn is_cjk_punctuation(c: char) -> bool {
     matches!(c, '\u{3000}'..='\u{303f}' | '\u{ff01}'..='\u{ff0f}' | '\u{ff1a}'..='\u{ff20}')
 }
 

@@ -237,8 +237,9 @@ fn numeral(unit: &str) -> bool {
 /// Whether `c` is written without spaces around it: a Chinese (or Japanese) character, or the
 /// punctuation and full-width forms that go with them.
 fn unspaced(c: char) -> bool {
-    matches!(c, '\u{3000}'..='\u{303F}' | '\u{3040}'..='\u{30FF}' | '\u{3400}'..='\u{4DBF}'
-        | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}' | '\u{FF00}'..='\u{FFEF}')
+    super::heard::is_unspaced(c)
+        || super::heard::is_cjk_punctuation(c)
+        || matches!(c, '\u{FF00}'..='\u{FFEF}')
 }
 
 /// The units a loop is counted in, each with whether a space came before it: the words, and in
