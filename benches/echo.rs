@@ -5,6 +5,9 @@
 //! - false barge-ins over 50 simulated answers on speakers: voice lowered (a speech onset while
 //!   it plays) or utterances heard from its own voice, without the canceller (today's loop, the
 //!   baseline) and with it (goal 0);
+//! - the first answer a canceller hears (50: 10 answers x 5 rooms), knowing nothing of the room
+//!   and remembering that the voice comes back into the microphone (a restart of the loop, the
+//!   next run);
 //! - a question and a lone "stop" said over the voice at full volume (the voice lowered as the
 //!   loop lowers it once it hears the onset): how many come through right;
 //! - the canceller's cost per 10 ms frame, in µs and % of one core.
@@ -43,12 +46,21 @@ const ANSWERS: [&str; 10] = [
     "Whales are mammals: they breathe air, and they feed their young with milk, just as land mammals do.",
 ];
 
+/// How a canceller starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// Knowing nothing of the room.
+    Fresh,
+    /// Remembering that the voice comes back into this microphone (a restart, the next run).
+    Remembering,
+}
+
 /// Ducks (speech onsets while the voice plays) and utterances heard over `mic`.
 fn listen(
     whisper: &Arc<dyn Transcriber>,
     mic: &[f32],
     played: &[f32],
-    cancel: bool,
+    cancel: Option<Start>,
     skip_ms: u64,
 ) -> (usize, Vec<UtteranceReport>) {
     let shared = Shared::default();
@@ -64,7 +76,10 @@ fn listen(
         .chunks(320)
         .map(|c| audio::loudness(c) > 0.0)
         .collect();
-    let mut echo = cancel.then(|| OfflineEcho::new(played));
+    let mut echo = cancel.map(|start| match start {
+        Start::Fresh => OfflineEcho::new(played),
+        Start::Remembering => OfflineEcho::recalling(played, true),
+    });
     let (mut ducks, mut heard) = (0, Vec::new());
     let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
     for (k, frame) in audio::frames_of(&mic16).into_iter().enumerate() {
@@ -131,6 +146,7 @@ fn main() {
     // is counted apart.
     let (mut base_ducks, mut base_heard, mut ducks, mut heard) = (0, 0, 0, 0);
     let (mut first_ducks, mut first_heard) = (0, 0);
+    let (mut remembered_ducks, mut remembered_heard) = (0, 0);
     let mut examples = Vec::new();
     let quiet = vec![0.0_f32; 2 * SAMPLE_RATE as usize];
     for (a, text) in ANSWERS.iter().enumerate() {
@@ -140,25 +156,31 @@ fn main() {
         let skip_ms = ((before.len() + quiet.len()) / 16) as u64;
         for room in rooms.iter().take(5) {
             let mic = room.hear(&played);
-            let (d, h) = listen(&whisper, &mic, &played, false, skip_ms);
+            let (d, h) = listen(&whisper, &mic, &played, None, skip_ms);
             base_ducks += d;
             base_heard += h.len();
-            let (d, h) = listen(&whisper, &mic, &played, true, skip_ms);
+            let (d, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), skip_ms);
             ducks += d;
             heard += h.len();
             examples.extend(h.into_iter().map(|r| r.text));
-            if a == 0 {
-                let mic = room.hear(&answer);
-                let (d, h) = listen(&whisper, &mic, &answer, true, 0);
-                first_ducks += d;
-                first_heard += h.len();
-            }
+            // The same answer as the first a canceller hears: knowing nothing, and remembering
+            // the room.
+            let mic = room.hear(&answer);
+            let (d, h) = listen(&whisper, &mic, &answer, Some(Start::Fresh), 0);
+            first_ducks += d;
+            first_heard += h.len();
+            let (d, h) = listen(&whisper, &mic, &answer, Some(Start::Remembering), 0);
+            remembered_ducks += d;
+            remembered_heard += h.len();
         }
     }
     println!("without the canceller (today's loop): {base_ducks} ducks, {base_heard} utterances");
     println!("with the canceller: {ducks} ducks, {heard} utterances {examples:?}");
     println!(
-        "the first answer it ever hears, 5 rooms: {first_ducks} ducks, {first_heard} utterances"
+        "the first answer it hears, 50 (10 answers x 5 rooms), knowing nothing: {first_ducks} ducks, {first_heard} utterances"
+    );
+    println!(
+        "the same 50, the room remembered (a restart, the next run): {remembered_ducks} ducks, {remembered_heard} utterances"
     );
 
     println!("## said over its voice (10 each; rooms, voices and moments varied)");
@@ -174,7 +196,7 @@ fn main() {
         let played = ducked(&answer, at, q.len());
         let mut mic = room.hear(&played);
         mix_into(&mut mic, &q, at);
-        let (_, h) = listen(&whisper, &mic, &played, true, 1500);
+        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
         let right = h.len() == 1 && {
             let t = h[0].text.to_lowercase();
             h[0].heard == Heard::Question && t.contains("weather") && t.contains("tomorrow")
@@ -191,7 +213,7 @@ fn main() {
         let played = ducked(&answer, at, s.len());
         let mut mic = room.hear(&played);
         mix_into(&mut mic, &s, at);
-        let (_, h) = listen(&whisper, &mic, &played, true, 1500);
+        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
         let stopped = h.iter().any(|r| r.heard == Heard::Stop);
         stops_right += usize::from(stopped);
         if !stopped {

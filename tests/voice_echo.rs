@@ -22,6 +22,11 @@ const ANSWER: &str = "The Eiffel Tower was built for the world fair of eighteen 
     and more than seven million people climb it every year. At night it sparkles for five \
     minutes at the start of every hour.";
 
+const EGG: &str = "To boil an egg, put it in boiling water for seven minutes, then cool it under \
+    cold water before you peel it.";
+const WHALES: &str = "Whales are mammals: they breathe air, and they feed their young with milk, \
+    just as land mammals do.";
+
 /// The opening of the first answer a canceller ever hears is listened to as it is, until it
 /// knows whether the voice comes back (BENCHMARKS.md): what begins there is not counted here.
 const FIRST_OPENING_MS: u64 = 1500;
@@ -290,4 +295,97 @@ fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
     let total = voice.len() / frame;
     let changed = changed_frames(&voice, &Room::default().hear(&voice));
     assert!(changed * 2 > total, "{changed} of {total} frames");
+}
+
+/// The voice ducked (speech onsets while it plays) and the utterances heard over `mic`, from its
+/// first frame, with the canceller `echo`; and what the canceller learned.
+fn first_answer(mic: &[f32], mut echo: OfflineEcho) -> (usize, Vec<UtteranceReport>, Option<bool>) {
+    let shared = Shared::default();
+    let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
+    let (mut ducks, mut heard) = (0, Vec::new());
+    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    let mut count = |events: Vec<ListenEvent>, speaking: bool| {
+        for event in events {
+            match event {
+                ListenEvent::SpeechStarted if speaking => ducks += 1,
+                ListenEvent::Heard(report) if !report.heard.ignored() => heard.push(report),
+                _ => {}
+            }
+        }
+    };
+    for frame in audio::frames_of(&mic) {
+        let events = OfflineEcho::listen(Some(&mut echo), &mut listener, &shared, &frame).unwrap();
+        count(events, shared.speaking());
+    }
+    count(listener.finish().unwrap(), false);
+    (ducks, heard, echo.learned())
+}
+
+#[test]
+fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_not_duck() {
+    // A canceller that knows nothing listens to its first answer's opening as it is, until it
+    // hears the voice come back (a second or so): that opening lowered the voice for its own
+    // echo. One that remembers the microphone hears the voice come back cancels from the first
+    // word.
+    // (The second answer's opening reads as not echoed at the canceller's first judgement,
+    // in every room: a memory given up on one judgement ducked there.)
+    // (The third's opening has a pause in it: early judgements reached back to it only at the
+    // longest delays, read "no echo", and gave the memory up.)
+    let answers = [
+        speech(ANSWER).samples,
+        fixtures::said(EGG, 1).expect("espeak-ng makes the fixture"),
+        fixtures::said(WHALES, 9).expect("espeak-ng makes the fixture"),
+    ];
+    let (mut fresh, mut recalled) = (Vec::new(), Vec::new());
+    for (a, answer) in answers.iter().enumerate() {
+        for (i, room) in rooms().into_iter().enumerate() {
+            let mic = room.hear(answer);
+            let (ducks, heard, learned) = first_answer(&mic, OfflineEcho::new(answer));
+            fresh.push((a, i, ducks, heard.len()));
+            assert_eq!(
+                learned,
+                Some(true),
+                "answer {a}, room {i}: the echo was found"
+            );
+            let (ducks, heard, learned) = first_answer(&mic, OfflineEcho::recalling(answer, true));
+            if ducks > 0 || !heard.is_empty() {
+                let heard: Vec<String> = verdicts(&heard)
+                    .iter()
+                    .map(|(h, t)| format!("{h:?} {t}"))
+                    .collect();
+                recalled.push((a, i, ducks, heard));
+            }
+            assert_eq!(
+                learned,
+                Some(true),
+                "answer {a}, room {i}: the memory confirmed"
+            );
+        }
+    }
+    // (What the memory saves: a canceller that knows nothing lowers the voice for its opening.
+    // Should it no longer, this test has nothing left to show.)
+    assert!(
+        fresh.iter().any(|(_, _, ducks, _)| *ducks > 0),
+        "knowing nothing, the opening ducks: {fresh:?}"
+    );
+    assert!(recalled.is_empty(), "remembered: {recalled:?}");
+}
+
+#[test]
+fn remembered_speakers_with_headphones_now_do_not_hold_back_a_question_said_over_the_voice() {
+    // The memory said the voice comes back; nothing of it reaches the microphone now. The user
+    // speaks two seconds into the answer and is heard whole; the memory is given up.
+    let answer = speech(ANSWER).samples;
+    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
+    let mut mic = vec![0.0_f32; answer.len()];
+    mix_into(&mut mic, &question, 32_000);
+    let (_, heard, learned) = first_answer(&mic, OfflineEcho::recalling(&answer, true));
+    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
+    let text = heard[0].text.to_lowercase();
+    assert!(
+        heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
+        "{:?}",
+        verdicts(&heard)
+    );
+    assert_eq!(learned, Some(false), "no echo comes back now");
 }

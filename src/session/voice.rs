@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::service::{Service, VoiceStatus};
 use crate::store::ReplyId;
 use crate::voice::device::{CpalSource, RodioSink};
+use crate::voice::echo::{Rooms, ROOMS_FILE};
 use crate::voice::pipeline::{HeardUntil, Levels, VoiceOptions, VoiceParts};
 use crate::voice::{models, AudioSink, Recorder, VoiceError, VoiceLoop};
 
@@ -88,6 +89,9 @@ struct Inner {
     slot: Mutex<Slot>,
     problem: watch::Sender<Option<String>>,
     levels: watch::Sender<Levels>,
+    /// What the echo canceller learned of the microphones, kept in the data folder: every loop
+    /// of the run starts from it.
+    rooms: std::sync::OnceLock<Rooms>,
 }
 
 struct Slot {
@@ -123,6 +127,7 @@ impl VoiceSupervisor {
                 }),
                 problem: watch::Sender::new(None),
                 levels: watch::Sender::new(Levels::default()),
+                rooms: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -151,9 +156,15 @@ impl VoiceSupervisor {
             None => None,
         };
         let make = self.inner.make.clone();
+        let rooms = self
+            .inner
+            .rooms
+            .get_or_init(|| Rooms::kept_in(config.data_dir.join(ROOMS_FILE)))
+            .clone();
         let options = VoiceOptions {
             wake_threshold: config.settings.voice.wake_threshold,
             heard_until: Some(HeardUntil { chat, reply }),
+            rooms,
             ..VoiceOptions::default()
         };
         let built = tokio::task::spawn_blocking(move || make(&config)).await;

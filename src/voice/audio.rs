@@ -175,6 +175,9 @@ pub struct Capture {
     /// The device is the sound server's echo-cancelled source (its `echo-cancel` module): Jarvis
     /// does not cancel a second time.
     pub cancels_echo: bool,
+    /// The device's name, where the source knows it (the echo canceller remembers by it whether
+    /// Jarvis's voice comes back into this microphone).
+    pub device: Option<String>,
     /// Behind an echo canceller: for each frame, in order, what the canceller told of it.
     pub judged: Option<std::sync::mpsc::Receiver<EchoJudged>>,
 }
@@ -204,6 +207,7 @@ impl Capture {
             close,
             lost,
             cancels_echo: false,
+            device: None,
             judged: None,
         }
     }
@@ -482,9 +486,14 @@ impl AudioSource for FeedSource {
                 }
             }
         });
-        Ok(Capture::new(rx, close, lost))
+        let mut capture = Capture::new(rx, close, lost);
+        capture.device = Some(FEED_NAME.into());
+        Ok(capture)
     }
 }
+
+/// The name a [`FeedSource`] opens under.
+pub const FEED_NAME: &str = "Jarvis test microphone";
 
 /// Where a sink reports what it handed to the output device.
 pub trait PlaybackTap: Send + Sync {

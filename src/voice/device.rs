@@ -238,6 +238,7 @@ impl AudioSource for CpalSource {
         capture.cancels_echo = name
             .as_deref()
             .is_some_and(super::echo::is_echo_cancelled_source);
+        capture.device = name;
         if capture.cancels_echo {
             tracing::info!(
                 "the microphone is the sound server's echo-cancelled source: Jarvis does not cancel again"

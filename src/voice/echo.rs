@@ -327,6 +327,18 @@ struct PathJudge {
     lag: Option<usize>,
     agreed: u32,
     path: EchoPath,
+    /// The path is `Present` because this microphone was found to hear the voice before (a
+    /// [`Rooms`] remembered it), not yet because the voice was heard to come back now: the
+    /// judgement that it does not (headphones plugged in since), made three times in a row,
+    /// gives it up.
+    recalled: bool,
+    /// Judgements in a row, while only remembered, that the microphone does not follow the
+    /// voice. One is not enough: the first of an answer has read 0 in a room that echoes (its
+    /// opening the voice's loudness barely changes through), nor are judgements of a pause
+    /// in the voice: nothing new was heard, and they repeat the last.
+    unfollowed: u32,
+    /// Frames of voice pushed since the last judgement.
+    voiced_since: u32,
 }
 
 const JUDGE_WINDOW: usize = 150;
@@ -337,6 +349,9 @@ const MIN_COMPARED: usize = 50;
 const HEARD_OVER_FLOOR_DB: f32 = 6.0;
 /// The share of the voice's frames an echo is heard in at the least.
 const COVERED: f32 = 0.6;
+/// Judgements in a row (100 ms apart) that the microphone does not follow the voice that give
+/// up a remembered echo path.
+const RECALLED_UNFOLLOWED: u32 = 3;
 
 impl PathJudge {
     fn new() -> PathJudge {
@@ -350,6 +365,9 @@ impl PathJudge {
             lag: None,
             agreed: 0,
             path: EchoPath::Unknown,
+            recalled: false,
+            unfollowed: 0,
+            voiced_since: 0,
         }
     }
 
@@ -365,12 +383,14 @@ impl PathJudge {
             played.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / played.len().max(1) as f64;
         let active = super::audio::loudness(played) > 0.2;
         self.quiet = if active { 0 } else { self.quiet + 1 };
+        self.voiced_since += u32::from(active);
         if self.quiet >= 50 {
             // A second of quiet: the next judgement is of the next thing said alone, not of the
             // user's question before it.
             self.played.clear();
             self.heard.clear();
             self.active.clear();
+            self.unfollowed = 0;
             return self.path;
         }
         self.played.push_back(log(playing));
@@ -430,14 +450,23 @@ impl PathJudge {
                 };
                 Some((lag, score))
             })
-            .fold(None, |a: Option<(usize, f32)>, b| match (a, b) {
-                (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
-                (a, b) => a.or(b),
+            // Every delay is judged on enough of the voice, or none is: early in an answer the
+            // longest delays reach back to more of it than the shortest, and a judgement of
+            // those alone read "no echo" in rooms that echo 2 ms late.
+            .collect::<Option<Vec<(usize, f32)>>>()
+            .and_then(|scores| {
+                scores
+                    .into_iter()
+                    .fold(None, |a: Option<(usize, f32)>, b| match a {
+                        Some(a) if a.1 >= b.1 => Some(a),
+                        _ => Some(b),
+                    })
             })
         else {
             // Too little of the voice yet to say anything.
             return;
         };
+        let voiced_since = std::mem::take(&mut self.voiced_since);
         let same = self.lag.is_some_and(|l| l.abs_diff(best_lag) <= 1);
         self.agreed = if best >= 0.5 && same {
             self.agreed + 1
@@ -448,7 +477,22 @@ impl PathJudge {
         self.path = match self.path {
             _ if best >= 0.5 && self.agreed >= 2 => {
                 self.low_runs = 0;
+                self.recalled = false;
                 EchoPath::Present
+            }
+            // Remembered, and not heard now: the room is not the one it was.
+            EchoPath::Present if self.recalled => {
+                if best >= 0.25 {
+                    self.unfollowed = 0;
+                } else if voiced_since > 0 {
+                    self.unfollowed += 1;
+                }
+                if self.unfollowed >= RECALLED_UNFOLLOWED {
+                    self.recalled = false;
+                    EchoPath::Absent
+                } else {
+                    EchoPath::Present
+                }
             }
             EchoPath::Present if best < 0.15 => {
                 // Speakers are not given up on a few quiet judgements: a person talking over the
@@ -574,6 +618,8 @@ pub struct Canceller {
     ringing: u32,
     /// Whether any voice was played to it yet (before, it has nothing to tell).
     heard_voice: bool,
+    /// The microphone it last heard through, by name, where known.
+    microphone: Option<String>,
 }
 
 impl Canceller {
@@ -586,6 +632,45 @@ impl Canceller {
             settling: SETTLING_FRAMES,
             ringing: 0,
             heard_voice: false,
+            microphone: None,
+        }
+    }
+
+    /// Starts from what was learned of this microphone before (`echoes`: Jarvis's voice came
+    /// back into it): where it did, its echo is cancelled from the first frame rather than
+    /// listened to as it is until the voice is heard to come back — the opening of the first
+    /// answer, which ducked the voice for its own echo (BENCHMARKS.md). Three judgements in a
+    /// row that no echo comes back now (about 2 s into the voice) give the memory up. Only
+    /// while it does not know for itself.
+    pub fn recall(&mut self, echoes: bool) {
+        if echoes && self.judge.path == EchoPath::Unknown {
+            self.judge.path = EchoPath::Present;
+            self.judge.recalled = true;
+        }
+    }
+
+    /// Opens `microphone` (its name, where the source knows it), with what `rooms` remembers of
+    /// it: where it is not the microphone heard through before (the system's default changed
+    /// between two openings), what was found of that one does not hold for this one.
+    fn opened(&mut self, microphone: Option<&str>, rooms: &Rooms) {
+        if self.microphone.as_deref() != microphone {
+            if self.microphone.is_some() {
+                self.judge = PathJudge::new();
+            }
+            self.microphone = microphone.map(str::to_string);
+        }
+        if let Some(name) = microphone {
+            self.recall(rooms.echoes(name));
+        }
+    }
+
+    /// What it has found out for itself: whether the voice comes back (`Some(true)`: heard to;
+    /// `Some(false)`: heard not to), or `None` while it does not know or only remembers.
+    pub fn learned(&self) -> Option<bool> {
+        match self.judge.path {
+            EchoPath::Present if !self.judge.recalled => Some(true),
+            EchoPath::Absent => Some(false),
+            _ => None,
         }
     }
 
@@ -679,6 +764,14 @@ impl OfflineEcho {
         echo
     }
 
+    /// What played, the canceller starting from what was remembered of the room (see
+    /// [`Canceller::recall`]): a restart of the loop, or the next run, in a room it has heard.
+    pub fn recalling(played: &[f32], echoes: bool) -> OfflineEcho {
+        let mut echo = OfflineEcho::new(played);
+        echo.canceller.recall(echoes);
+        echo
+    }
+
     /// Hears the next microphone frame through the canceller with `listener` (telling `shared`
     /// whether the voice plays), as the voice loop does; without a canceller, as it is.
     pub fn listen(
@@ -733,6 +826,11 @@ impl OfflineEcho {
     pub fn stats(&self) -> EchoStats {
         self.canceller.stats()
     }
+
+    /// What the canceller has found out for itself (see [`Canceller::learned`]).
+    pub fn learned(&self) -> Option<bool> {
+        self.canceller.learned()
+    }
 }
 
 /// A microphone whose frames have Jarvis's voice taken out: a thread reads the inner capture as
@@ -743,15 +841,24 @@ pub struct EchoCancelled {
     inner: Arc<dyn AudioSource>,
     reference: Reference,
     canceller: Arc<Mutex<Canceller>>,
+    rooms: Rooms,
 }
 
 impl EchoCancelled {
-    /// `inner` with the echo of what `reference` records taken out.
-    pub fn new(inner: Arc<dyn AudioSource>, reference: Reference, delay_hint_ms: u32) -> Self {
+    /// `inner` with the echo of what `reference` records taken out; what it learns of whether
+    /// the voice comes back into the microphone goes into `rooms`, and what `rooms` knew of it
+    /// is where it starts.
+    pub fn new(
+        inner: Arc<dyn AudioSource>,
+        reference: Reference,
+        delay_hint_ms: u32,
+        rooms: Rooms,
+    ) -> Self {
         EchoCancelled {
             inner,
             reference,
             canceller: Arc::new(Mutex::new(Canceller::new(delay_hint_ms))),
+            rooms,
         }
     }
 }
@@ -829,12 +936,17 @@ impl AudioSource for EchoCancelled {
         let reference = self.reference.clone();
         let canceller = self.canceller.clone();
         let stop = close.clone();
+        let rooms = self.rooms.clone();
+        // (A microphone without a name is not remembered: it could be any.)
+        let microphone = inner.device.clone();
         std::thread::Builder::new()
             .name("jarvis-echo".into())
             .spawn(move || {
                 let mut clock = CaptureClock::default();
                 let mut frames = 0_u64;
                 let mut canceller = canceller.lock().unwrap_or_else(|p| p.into_inner());
+                canceller.opened(microphone.as_deref(), &rooms);
+                let mut learned = canceller.learned();
                 let mut waiting: VecDeque<(i64, Vec<i16>)> = VecDeque::new();
                 'capture: loop {
                     let arrived = inner.frames.blocking_recv();
@@ -861,6 +973,12 @@ impl AudioSource for EchoCancelled {
                         };
                         let played = reference.read(start, frame.len());
                         let Cancelled { frame: cleaned, judged } = canceller.cancel(&frame, &played);
+                        if canceller.learned() != learned {
+                            learned = canceller.learned();
+                            if let (Some(echoes), Some(name)) = (learned, microphone.as_deref()) {
+                                rooms.learned(name, echoes);
+                            }
+                        }
                         frames += 1;
                         if frames % 500 == 0 {
                             let stats = canceller.stats();
@@ -884,6 +1002,115 @@ impl AudioSource for EchoCancelled {
         let mut capture = Capture::new(rx, close, lost);
         capture.judged = Some(judged_rx);
         Ok(capture)
+    }
+}
+
+/// The microphones Jarvis's voice was found to come back into (speakers in the same room), by
+/// name, kept from one voice loop to the next and, in a file, from one run to the next: a
+/// canceller opening a microphone it knows cancels from its first answer's first word (see
+/// [`Canceller::recall`]). Only names are kept, never a sound. A file that cannot be read is
+/// started afresh (it holds nothing that cannot be learned again in a second of voice); one
+/// that cannot be written leaves the memory to this run.
+#[derive(Debug, Clone, Default)]
+pub struct Rooms(Arc<Mutex<RoomsInner>>, Arc<Mutex<u64>>);
+
+#[derive(Debug, Default)]
+struct RoomsInner {
+    file: Option<std::path::PathBuf>,
+    echoing: std::collections::BTreeSet<String>,
+    /// Counts changes: a change is written only over an older one.
+    version: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RoomsFile {
+    /// The microphones the voice comes back into.
+    echoing: Vec<String>,
+}
+
+/// The file in the data folder.
+pub const ROOMS_FILE: &str = "rooms.json";
+
+impl Rooms {
+    /// A memory of this run alone.
+    pub fn in_memory() -> Rooms {
+        Rooms::default()
+    }
+
+    /// The memory kept in `file` (read now; written as it learns).
+    pub fn kept_in(file: std::path::PathBuf) -> Rooms {
+        let echoing = match std::fs::read(&file) {
+            Ok(bytes) => match serde_json::from_slice::<RoomsFile>(&bytes) {
+                Ok(kept) => kept.echoing.into_iter().collect(),
+                Err(err) => {
+                    tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be read; it learns again");
+                    Default::default()
+                }
+            },
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(err) => {
+                tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be read; it learns again");
+                Default::default()
+            }
+        };
+        Rooms(
+            Arc::new(Mutex::new(RoomsInner {
+                file: Some(file),
+                echoing,
+                version: 0,
+            })),
+            Arc::default(),
+        )
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RoomsInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether Jarvis's voice was found to come back into `microphone`.
+    pub fn echoes(&self, microphone: &str) -> bool {
+        self.lock().echoing.contains(microphone)
+    }
+
+    /// Notes what a canceller found of `microphone`, and keeps it in the file where it changed
+    /// (written beside, then moved over, so a crash leaves the old file or the new).
+    pub fn learned(&self, microphone: &str, echoes: bool) {
+        let mut inner = self.lock();
+        let changed = if echoes {
+            inner.echoing.insert(microphone.to_string())
+        } else {
+            inner.echoing.remove(microphone)
+        };
+        let Some(file) = inner.file.clone().filter(|_| changed) else {
+            return;
+        };
+        inner.version += 1;
+        let version = inner.version;
+        let kept = RoomsFile {
+            echoing: inner.echoing.iter().cloned().collect(),
+        };
+        drop(inner);
+        // Written outside the memory's lock (a loop opening a microphone asks it), and never
+        // over a newer change.
+        let mut written_version = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        if *written_version > version {
+            return;
+        }
+        let written = (|| -> std::io::Result<()> {
+            let dir = file.parent().unwrap_or(std::path::Path::new("."));
+            std::fs::create_dir_all(dir)?;
+            let mut temp = tempfile::Builder::new()
+                .prefix(".rooms-")
+                .tempfile_in(dir)?;
+            serde_json::to_writer(&mut temp, &kept)?;
+            temp.as_file().sync_all()?;
+            temp.persist(&file).map_err(|e| e.error)?;
+            Ok(())
+        })();
+        *written_version = version;
+        if let Err(err) = written {
+            tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be kept; it is kept for this run");
+        }
     }
 }
 
@@ -984,6 +1211,63 @@ mod tests {
         }
         let k = 50 + CLOCK_WINDOW + 9;
         assert_eq!(last, (k + 50) * f);
+    }
+
+    #[test]
+    fn what_was_learned_of_a_microphone_is_kept_in_the_data_folder_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data").join(ROOMS_FILE);
+        let rooms = Rooms::kept_in(file.clone());
+        assert!(!rooms.echoes("Built-in Audio Analog Stereo"));
+        rooms.learned("Built-in Audio Analog Stereo", true);
+        rooms.learned("USB headset", false);
+        // The next run.
+        let next = Rooms::kept_in(file.clone());
+        assert!(next.echoes("Built-in Audio Analog Stereo"));
+        assert!(!next.echoes("USB headset"));
+        assert!(!next.echoes("Built-in Audio Analog Stereo 2"));
+        // Headphones on the same microphone's jack: given up, and kept so.
+        next.learned("Built-in Audio Analog Stereo", false);
+        assert!(!Rooms::kept_in(file.clone()).echoes("Built-in Audio Analog Stereo"));
+        // Names only: nothing else is in the file.
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text, r#"{"echoing":[]}"#);
+    }
+
+    #[test]
+    fn a_microphone_remembered_starts_cancelled_and_another_one_opened_later_does_not() {
+        let rooms = Rooms::in_memory();
+        rooms.learned("desk", true);
+        let mut canceller = Canceller::new(0);
+        canceller.opened(Some("desk"), &rooms);
+        assert_eq!(canceller.judge.path, EchoPath::Present);
+        assert_eq!(canceller.learned(), None, "only remembered");
+        // The system's default microphone changed between two openings: nothing is known of it.
+        canceller.opened(Some("headset"), &rooms);
+        assert_eq!(canceller.judge.path, EchoPath::Unknown);
+        // One without a name is never taken for one remembered.
+        let mut unnamed = Canceller::new(0);
+        rooms.learned("", true);
+        unnamed.opened(None, &rooms);
+        assert_eq!(unnamed.judge.path, EchoPath::Unknown);
+    }
+
+    #[test]
+    fn a_damaged_or_unwritable_rooms_file_is_learned_again_and_loses_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(ROOMS_FILE);
+        std::fs::write(&file, b"{\"echoing\": [1, 2").unwrap();
+        let rooms = Rooms::kept_in(file.clone());
+        assert!(!rooms.echoes("desk"));
+        rooms.learned("desk", true);
+        assert!(Rooms::kept_in(file.clone()).echoes("desk"));
+        // A data folder that cannot be made (a file stands where it would be): kept for the run.
+        let blocked = dir.path().join("blocker");
+        std::fs::write(&blocked, b"").unwrap();
+        let rooms = Rooms::kept_in(blocked.join(ROOMS_FILE));
+        rooms.learned("desk", true);
+        assert!(rooms.echoes("desk"));
+        assert!(!Rooms::in_memory().echoes("desk"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::echo::{EchoCancelled, Reference};
+use super::echo::{EchoCancelled, Reference, Rooms};
 use super::listen::{ListenEvent, Listener, Shared, UtteranceReport};
 use super::speak::Speaker;
 use super::turn::TurnJudge;
@@ -61,6 +61,9 @@ pub struct VoiceOptions {
     /// after it, before the loop followed the conversation, was never heard and is said. `None`:
     /// an answer that had ended is taken as heard (a loop started anew never says it again).
     pub heard_until: Option<HeardUntil>,
+    /// What the echo canceller learned of the microphones, shared by every loop of a run (and
+    /// kept in the data folder by the app): whether Jarvis's voice comes back into each.
+    pub rooms: Rooms,
 }
 
 /// The voice conversation's chat and its newest reply, at a moment.
@@ -84,6 +87,7 @@ impl Default for VoiceOptions {
             cancel_echo: true,
             transcribe_ahead: true,
             heard_until: None,
+            rooms: Rooms::in_memory(),
         }
     }
 }
@@ -198,6 +202,7 @@ impl VoiceLoop {
                 parts.source.clone(),
                 reference,
                 options.echo_delay_hint_ms,
+                options.rooms.clone(),
             ));
         }
         let (heard, _) = broadcast::channel(64);
