@@ -362,14 +362,20 @@ async fn microphones(config: &Config, report: &mut Report) {
         "" => found.default.clone(),
         name => Some(name.to_string()),
     };
-    report.found("echo cancellation", echo_line(heard.as_deref()));
+    let rooms = voice::echo::Rooms::kept_in(config.data_dir.join(voice::echo::ROOMS_FILE));
+    report.found("echo cancellation", echo_line(heard.as_deref(), &rooms));
 }
 
-/// Who takes Jarvis's own voice out of what the microphone `heard` hears.
-fn echo_line(heard: Option<&str>) -> String {
+/// Who takes Jarvis's own voice out of what the microphone `heard` hears, and what the canceller
+/// remembers of it.
+fn echo_line(heard: Option<&str>, rooms: &voice::echo::Rooms) -> String {
     match heard {
         Some(name) if voice::echo::is_echo_cancelled_source(name) => format!(
             "by the sound server: {name:?} is its echo-cancelled source, so Jarvis does not cancel again"
+        ),
+        Some(name) if rooms.echoes(name) => format!(
+            "by Jarvis (WebRTC AEC3, with what its speaker plays as the reference); it remembers that its voice comes back into {name:?} ({}), so it cancels from an answer's first word",
+            voice::echo::ROOMS_FILE
         ),
         _ => "by Jarvis (WebRTC AEC3, with what its speaker plays as the reference)".to_string(),
     }
@@ -441,9 +447,15 @@ fn speaking_voice(
 mod tests {
     #[test]
     fn doctor_says_who_cancels_the_echo() {
-        assert!(super::echo_line(Some("Echo-Cancel Source")).contains("does not cancel again"));
-        assert!(super::echo_line(Some("Built-in Audio")).starts_with("by Jarvis"));
-        assert!(super::echo_line(None).starts_with("by Jarvis"));
+        let rooms = crate::voice::echo::Rooms::in_memory();
+        let line = |heard| super::echo_line(heard, &rooms);
+        assert!(line(Some("Echo-Cancel Source")).contains("does not cancel again"));
+        assert!(line(Some("Built-in Audio")).starts_with("by Jarvis"));
+        assert!(!line(Some("Built-in Audio")).contains("remembers"));
+        assert!(line(None).starts_with("by Jarvis"));
+        rooms.learned("Built-in Audio", true);
+        assert!(line(Some("Built-in Audio")).contains("remembers that its voice comes back"));
+        assert!(!line(Some("USB Microphone")).contains("remembers"));
     }
 
     use super::*;
