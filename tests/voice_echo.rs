@@ -203,21 +203,31 @@ async fn listen_with_playback_hears_no_utterance_in_its_own_voice_and_reports_th
     assert!(err.contains("played.wav"), "{err}");
 }
 
-#[test]
-fn with_headphones_no_echo_comes_back_and_a_question_said_over_the_voice_is_heard_whole() {
+/// The answer, and a microphone that hears nothing of it (headphones) but the user asking a
+/// question two seconds into it.
+fn headphones_with_a_question() -> (Vec<f32>, Vec<f32>) {
     let answer = speech(ANSWER).samples;
     let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
-    // Nothing of the voice reaches the microphone; the user speaks two seconds into it.
     let mut mic = vec![0.0_f32; answer.len()];
     mix_into(&mut mic, &question, 32_000);
-    let heard = listen(&mic, Some(&answer));
-    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
+    (answer, mic)
+}
+
+/// `heard` is that question, once, with its words.
+fn the_question_whole(heard: &[UtteranceReport]) {
+    assert_eq!(heard.len(), 1, "{:?}", verdicts(heard));
     let text = heard[0].text.to_lowercase();
     assert!(
         heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
         "{:?}",
-        verdicts(&heard)
+        verdicts(heard)
     );
+}
+
+#[test]
+fn with_headphones_no_echo_comes_back_and_a_question_said_over_the_voice_is_heard_whole() {
+    let (answer, mic) = headphones_with_a_question();
+    the_question_whole(&listen(&mic, Some(&answer)));
 }
 
 #[test]
@@ -236,13 +246,7 @@ fn with_headphones_a_cough_and_a_knock_during_the_voice_do_not_make_it_hear_an_e
         .into_iter()
         .filter(|r| !r.heard.ignored())
         .collect();
-    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
-    let text = heard[0].text.to_lowercase();
-    assert!(
-        heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
-        "{:?}",
-        verdicts(&heard)
-    );
+    the_question_whole(&heard);
 }
 
 /// Which of the microphone's frames the live canceller (as the voice loop runs it, learning as
@@ -375,17 +379,8 @@ fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_n
 fn remembered_speakers_with_headphones_now_do_not_hold_back_a_question_said_over_the_voice() {
     // The memory said the voice comes back; nothing of it reaches the microphone now. The user
     // speaks two seconds into the answer and is heard whole; the memory is given up.
-    let answer = speech(ANSWER).samples;
-    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
-    let mut mic = vec![0.0_f32; answer.len()];
-    mix_into(&mut mic, &question, 32_000);
+    let (answer, mic) = headphones_with_a_question();
     let (_, heard, learned) = first_answer(&mic, OfflineEcho::recalling(&answer, true));
-    assert_eq!(heard.len(), 1, "{:?}", verdicts(&heard));
-    let text = heard[0].text.to_lowercase();
-    assert!(
-        heard[0].heard == Heard::Question && text.contains("capital") && text.contains("spain"),
-        "{:?}",
-        verdicts(&heard)
-    );
+    the_question_whole(&heard);
     assert_eq!(learned, Some(false), "no echo comes back now");
 }
