@@ -1494,11 +1494,12 @@ async fn on_speakers_in_a_room_its_own_thirty_second_answer_neither_ducks_it_nor
     let kept = tempfile::tempdir().unwrap();
     let file = kept.path().join(ROOMS_FILE);
     let mut rig = in_a_room(Room::default(), cancel, Rooms::kept_in(file.clone())).await;
-    // Its first answer ever teaches it that its voice comes back (the first few hundred ms of it
-    // are heard as they are, as before there was a canceller: BENCHMARKS.md) — and it remembers
-    // the microphone.
-    rig.stub
-        .push(streamed("Hello. I am Jarvis, and I am listening."));
+    // Its first answer ever teaches it that its voice comes back (its first second or two are
+    // heard as they are, as before there was a canceller: BENCHMARKS.md) — and it remembers the
+    // microphone.
+    rig.stub.push(streamed(
+        "Hello. I am Jarvis, and I am listening. Ask me anything you like, and I will answer.",
+    ));
     let first = rig.ask("Hello, who are you?").await;
     heard_until_it_falls_silent(&mut rig, first, Duration::ZERO, Duration::from_secs(1)).await;
     if cancel {

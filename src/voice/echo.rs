@@ -311,8 +311,8 @@ pub enum EchoPath {
 }
 
 /// Tells whether the microphone's loudness follows the voice's, at any delay up to 500 ms: the
-/// correlation of their 20 ms log energies over the last 3 s, judged every 100 ms once the voice
-/// has sounded for 300 ms.
+/// correlation of their 20 ms log energies over the last 3 s, judged every 100 ms once every
+/// delay compares a second of the voice (about 1.5 s into it).
 struct PathJudge {
     played: VecDeque<f32>,
     heard: VecDeque<f32>,
@@ -452,7 +452,7 @@ impl PathJudge {
             })
             // Every delay is judged on enough of the voice, or none is: early in an answer the
             // longest delays reach back to more of it than the shortest, and a judgement of
-            // those alone read "no echo" in rooms that echo 2 ms late.
+            // those alone read "no echo" in rooms that echo 20–60 ms late.
             .collect::<Option<Vec<(usize, f32)>>>()
             .and_then(|scores| {
                 scores
@@ -618,8 +618,10 @@ pub struct Canceller {
     ringing: u32,
     /// Whether any voice was played to it yet (before, it has nothing to tell).
     heard_voice: bool,
-    /// The microphone it last heard through, by name, where known.
-    microphone: Option<String>,
+    /// The microphone it last heard through, by name where known (`None`: never opened).
+    microphone: Option<Option<String>>,
+    /// Where AEC3 starts looking for the echo (kept to start afresh on another microphone).
+    delay_hint_ms: u32,
 }
 
 impl Canceller {
@@ -633,6 +635,7 @@ impl Canceller {
             ringing: 0,
             heard_voice: false,
             microphone: None,
+            delay_hint_ms,
         }
     }
 
@@ -653,12 +656,13 @@ impl Canceller {
     /// it: where it is not the microphone heard through before (the system's default changed
     /// between two openings), what was found of that one does not hold for this one.
     fn opened(&mut self, microphone: Option<&str>, rooms: &Rooms) {
-        if self.microphone.as_deref() != microphone {
-            if self.microphone.is_some() {
-                self.judge = PathJudge::new();
-            }
-            self.microphone = microphone.map(str::to_string);
+        let now = Some(microphone.map(str::to_string));
+        if self.microphone.is_some() && self.microphone != now {
+            // Another room, or another device in it: what AEC3 fitted and the judge found were
+            // of the last one.
+            *self = Canceller::new(self.delay_hint_ms);
         }
+        self.microphone = now;
         if let Some(name) = microphone {
             self.recall(rooms.echoes(name));
         }
@@ -682,7 +686,7 @@ impl Canceller {
         match self.judge.push(capture, played) {
             // (The canceller runs on, ready for the day the speaker is heard again.)
             EchoPath::Absent => return Cancelled::as_heard(capture),
-            // Until it is known whether the voice comes back (a few hundred ms into the first
+            // Until it is known whether the voice comes back (a second or two into the first
             // answer it ever speaks), what is heard is listened to as it is, as before there was
             // a canceller: AEC3 would hold back the words of a person with headphones.
             EchoPath::Unknown => return Cancelled::as_heard(capture),
@@ -751,7 +755,7 @@ impl OfflineEcho {
 
     /// What played and what the microphone heard, both whole (`jarvis listen --playback`):
     /// whether the voice comes back is judged over the whole pair first, so the canceller knows
-    /// it from the first frame (in the loop it learns it a few hundred ms into its first answer).
+    /// it from the first frame (in the loop it learns it a second or two into its first answer).
     pub fn knowing(played: &[f32], heard: &[i16]) -> OfflineEcho {
         let mut judge = PathJudge::new();
         for (k, frame) in heard.chunks(FRAME).enumerate() {
@@ -1245,11 +1249,81 @@ mod tests {
         // The system's default microphone changed between two openings: nothing is known of it.
         canceller.opened(Some("headset"), &rooms);
         assert_eq!(canceller.judge.path, EchoPath::Unknown);
-        // One without a name is never taken for one remembered.
-        let mut unnamed = Canceller::new(0);
+        assert_eq!(
+            canceller.settling, SETTLING_FRAMES,
+            "AEC3 starts afresh too"
+        );
+        // Then one without a name (never taken for one remembered), then the desk again.
         rooms.learned("", true);
-        unnamed.opened(None, &rooms);
-        assert_eq!(unnamed.judge.path, EchoPath::Unknown);
+        canceller.opened(None, &rooms);
+        assert_eq!(canceller.judge.path, EchoPath::Unknown);
+        canceller.judge.path = EchoPath::Absent;
+        canceller.opened(Some("desk"), &rooms);
+        assert_eq!(
+            canceller.judge.path,
+            EchoPath::Present,
+            "the desk is remembered"
+        );
+    }
+
+    /// One 20 ms frame of a voice whose loudness changes from frame to frame.
+    fn voice_frame(k: usize) -> Vec<f32> {
+        let level = [0.5, 0.2, 0.35, 0.1, 0.45, 0.25, 0.3][k % 7];
+        (0..FRAME).map(|i| level * (i as f32 * 0.3).sin()).collect()
+    }
+
+    #[test]
+    fn a_remembered_echo_is_given_up_after_three_judgements_with_new_voice_none_in_a_pause() {
+        let silent = vec![0_i16; FRAME];
+        let quiet = vec![0.0_f32; FRAME];
+        let mut judge = PathJudge::new();
+        judge.path = EchoPath::Present;
+        judge.recalled = true;
+        // A microphone that hears nothing of the voice (headphones): the first judgement comes
+        // once every delay compares a second of it (75 frames), one every 100 ms after.
+        for k in 0..80 {
+            judge.push(&silent, &voice_frame(k));
+        }
+        assert_eq!(
+            judge.path,
+            EchoPath::Present,
+            "two judgements are not enough"
+        );
+        // A pause of 400 ms: its judgements hear nothing new, and do not count.
+        for _ in 0..20 {
+            judge.push(&silent, &quiet);
+        }
+        assert_eq!(judge.path, EchoPath::Present, "a pause is not a judgement");
+        for k in 0..5 {
+            judge.push(&silent, &voice_frame(k));
+        }
+        assert_eq!(
+            judge.path,
+            EchoPath::Absent,
+            "the third with new voice gives it up"
+        );
+        assert!(!judge.recalled);
+    }
+
+    #[test]
+    fn a_remembered_echo_heard_again_is_confirmed_and_no_longer_only_remembered() {
+        let mut judge = PathJudge::new();
+        judge.path = EchoPath::Present;
+        judge.recalled = true;
+        // The microphone hears the voice 40 ms late, 10 dB down.
+        let played: Vec<Vec<f32>> = (0..120).map(voice_frame).collect();
+        for k in 0..120_usize {
+            let heard: Vec<i16> = match k.checked_sub(2) {
+                Some(j) => played[j]
+                    .iter()
+                    .map(|s| super::super::audio::to_i16(s * 0.3))
+                    .collect(),
+                None => vec![0; FRAME],
+            };
+            judge.push(&heard, &played[k]);
+        }
+        assert_eq!(judge.path, EchoPath::Present);
+        assert!(!judge.recalled, "found for itself");
     }
 
     #[test]
@@ -1267,7 +1341,8 @@ mod tests {
         let rooms = Rooms::kept_in(blocked.join(ROOMS_FILE));
         rooms.learned("desk", true);
         assert!(rooms.echoes("desk"));
-        assert!(!Rooms::in_memory().echoes("desk"));
+        assert!(blocked.is_file(), "the file in the way is left as it was");
+        assert_eq!(std::fs::read(&blocked).unwrap(), b"");
     }
 
     #[test]
