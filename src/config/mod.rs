@@ -19,7 +19,7 @@ pub use self::keyring::{
     KeyringError, KEYRING_SERVICE,
 };
 pub use self::settings::*;
-pub use self::write::{edited_settings, write_settings, SettingValue};
+pub use self::write::{edited_settings, replace_file, write_settings, SettingValue};
 
 /// Where settings and keys went wrong; each message says what to do.
 #[derive(Debug, Error)]

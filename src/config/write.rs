@@ -92,32 +92,33 @@ pub fn write_settings(
     changes: &[(&[&str], Option<SettingValue>)],
 ) -> Result<Settings, ConfigError> {
     let (text, settings) = edited_settings(path, changes)?;
-    let unwritable = |source: std::io::Error| ConfigError::Unwritable {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(unwritable)?;
-    }
-    // A temporary file of its own beside the settings (two saves never share one), on disk before
-    // it replaces them, and the replacement itself on disk before this returns: a crash leaves
-    // the old settings or the new, never a cut one.
+    replace_file(path, ".settings-", ".toml.tmp", text.as_bytes()).map_err(|source| {
+        ConfigError::Unwritable {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok(settings)
+}
+
+/// Writes `bytes` as the file at `path` (its folder made where missing) through a temporary file
+/// of its own beside it (`prefix`…`suffix`: two writes never share one), on disk before it
+/// replaces the file, and the replacement itself on disk before this returns: a crash leaves the
+/// old file or the new, never a cut one.
+pub fn replace_file(path: &Path, prefix: &str, suffix: &str, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) => dir,
         None => Path::new("."),
     };
+    std::fs::create_dir_all(dir)?;
     let mut temp = tempfile::Builder::new()
-        .prefix(".settings-")
-        .suffix(".toml.tmp")
-        .tempfile_in(dir)
-        .map_err(unwritable)?;
-    temp.write_all(text.as_bytes()).map_err(unwritable)?;
-    temp.as_file().sync_all().map_err(unwritable)?;
-    temp.persist(path).map_err(|e| unwritable(e.error))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(unwritable)?;
-    Ok(settings)
+        .prefix(prefix)
+        .suffix(suffix)
+        .tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|e| e.error)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 /// The settings file at `path` as [`write_settings`] would leave it — its text, and the settings

@@ -1043,14 +1043,11 @@ impl Rooms {
 
     /// The memory kept in `file` (read now; written as it learns).
     pub fn kept_in(file: std::path::PathBuf) -> Rooms {
-        let echoing = match std::fs::read(&file) {
-            Ok(bytes) => match serde_json::from_slice::<RoomsFile>(&bytes) {
-                Ok(kept) => kept.echoing.into_iter().collect(),
-                Err(err) => {
-                    tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be read; it learns again");
-                    Default::default()
-                }
-            },
+        let read = std::fs::read(&file).and_then(|bytes| {
+            serde_json::from_slice::<RoomsFile>(&bytes).map_err(std::io::Error::from)
+        });
+        let echoing = match read {
+            Ok(kept) => kept.echoing.into_iter().collect(),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Default::default(),
             Err(err) => {
                 tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be read; it learns again");
@@ -1077,7 +1074,7 @@ impl Rooms {
     }
 
     /// Notes what a canceller found of `microphone`, and keeps it in the file where it changed
-    /// (written beside, then moved over, so a crash leaves the old file or the new).
+    /// (replaced whole, so a crash leaves the old file or the new).
     pub fn learned(&self, microphone: &str, echoes: bool) {
         let mut inner = self.lock();
         let changed = if echoes {
@@ -1100,17 +1097,9 @@ impl Rooms {
         if *written_version > version {
             return;
         }
-        let written = (|| -> std::io::Result<()> {
-            let dir = file.parent().unwrap_or(std::path::Path::new("."));
-            std::fs::create_dir_all(dir)?;
-            let mut temp = tempfile::Builder::new()
-                .prefix(".rooms-")
-                .tempfile_in(dir)?;
-            serde_json::to_writer(&mut temp, &kept)?;
-            temp.as_file().sync_all()?;
-            temp.persist(&file).map_err(|e| e.error)?;
-            Ok(())
-        })();
+        let written = serde_json::to_vec(&kept)
+            .map_err(std::io::Error::from)
+            .and_then(|bytes| crate::config::replace_file(&file, ".rooms-", ".json.tmp", &bytes));
         *written_version = version;
         if let Err(err) = written {
             tracing::warn!(file = %file.display(), %err, "what the echo canceller learned of the room cannot be kept; it is kept for this run");
