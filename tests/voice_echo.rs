@@ -37,26 +37,37 @@ const SLOW: std::time::Duration = std::time::Duration::from_secs(180);
 /// Listens to `mic` (16 kHz) with what was played beside it; every utterance it judged (with the
 /// canceller, from [`FIRST_OPENING_MS`] on).
 fn listen(mic: &[f32], played: Option<&[f32]>) -> Vec<UtteranceReport> {
-    let shared = Shared::default();
-    let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
     let mut echo = played.map(OfflineEcho::new);
-    let mut out = Vec::new();
-    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
-    let mut keep = |events: Vec<ListenEvent>| {
-        for event in events {
-            if let ListenEvent::Heard(report) = event {
-                out.push(report);
-            }
-        }
-    };
-    for frame in audio::frames_of(&mic) {
-        keep(OfflineEcho::listen(echo.as_mut(), &mut listener, &shared, &frame).unwrap());
-    }
-    keep(listener.finish().unwrap());
+    let (_, mut out) = heard_through(mic, echo.as_mut());
     if echo.is_some() {
         out.retain(|r| r.start_ms >= FIRST_OPENING_MS);
     }
     out
+}
+
+/// Listens to `mic` (16 kHz) from its first frame, through `echo` where given: how many times
+/// the voice was lowered (speech onsets while it played), and every utterance judged.
+fn heard_through(mic: &[f32], mut echo: Option<&mut OfflineEcho>) -> (usize, Vec<UtteranceReport>) {
+    let shared = Shared::default();
+    let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
+    let (mut ducks, mut out) = (0, Vec::new());
+    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    let mut keep = |events: Vec<ListenEvent>, speaking: bool| {
+        for event in events {
+            match event {
+                ListenEvent::SpeechStarted if speaking => ducks += 1,
+                ListenEvent::Heard(report) => out.push(report),
+                _ => {}
+            }
+        }
+    };
+    for frame in audio::frames_of(&mic) {
+        let events =
+            OfflineEcho::listen(echo.as_deref_mut(), &mut listener, &shared, &frame).unwrap();
+        keep(events, shared.speaking());
+    }
+    keep(listener.finish().unwrap(), false);
+    (ducks, out)
 }
 
 fn verdicts(heard: &[UtteranceReport]) -> Vec<(Heard, &str)> {
@@ -304,24 +315,8 @@ fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
 /// The voice ducked (speech onsets while it plays) and the utterances heard over `mic`, from its
 /// first frame, with the canceller `echo`; and what the canceller learned.
 fn first_answer(mic: &[f32], mut echo: OfflineEcho) -> (usize, Vec<UtteranceReport>, Option<bool>) {
-    let shared = Shared::default();
-    let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
-    let (mut ducks, mut heard) = (0, Vec::new());
-    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
-    let mut count = |events: Vec<ListenEvent>, speaking: bool| {
-        for event in events {
-            match event {
-                ListenEvent::SpeechStarted if speaking => ducks += 1,
-                ListenEvent::Heard(report) if !report.heard.ignored() => heard.push(report),
-                _ => {}
-            }
-        }
-    };
-    for frame in audio::frames_of(&mic) {
-        let events = OfflineEcho::listen(Some(&mut echo), &mut listener, &shared, &frame).unwrap();
-        count(events, shared.speaking());
-    }
-    count(listener.finish().unwrap(), false);
+    let (ducks, mut heard) = heard_through(mic, Some(&mut echo));
+    heard.retain(|r| !r.heard.ignored());
     (ducks, heard, echo.learned())
 }
 
