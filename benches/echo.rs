@@ -10,6 +10,8 @@
 //!   next run);
 //! - a question and a lone "stop" said over the voice at full volume (the voice lowered as the
 //!   loop lowers it once it hears the onset): how many come through right;
+//! - short words said over the voice (stop phrases, fillers, a cough, a knock): how many stops
+//!   are stops, and how many of the rest are taken for a question or a stop;
 //! - the canceller's cost per 10 ms frame, in µs and % of one core.
 //!
 //! Run: `cargo bench --bench echo`
@@ -229,6 +231,66 @@ fn main() {
     }
     println!(
         "questions with their words: {questions_right}/10; stops heard as stop: {stops_right}/10"
+    );
+
+    println!("## short words said over its voice (30 stops, 22 fillers and noises; 6 rooms)");
+    // Stop phrases and fillers of one or two words, each in five voices, and a cough and a
+    // knock, said over the voice 6–14 s into it: how many stops are stops, and how many of the
+    // rest become a question or a stop.
+    let (mut stops, mut stops_right, mut others, mut others_taken) = (0, 0, 0, 0);
+    let mut items = Vec::new();
+    for (j, word) in [
+        "Stop.",
+        "Stop!",
+        "Stop it.",
+        "Stop talking.",
+        "Never mind.",
+        "Quiet.",
+        "Um.",
+        "Uh.",
+        "Hmm.",
+        "Er.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for variant in 0..5 {
+            let sound = fixtures::said(word, variant + j).expect("espeak-ng");
+            items.push((format!("{word} (voice {})", variant + j), sound, j < 6));
+        }
+    }
+    items.push(("a cough".into(), fixtures::cough().samples, false));
+    items.push(("a knock".into(), fixtures::knock().samples, false));
+    for (n, (name, sound, is_stop)) in items.iter().enumerate() {
+        let room = rooms[n % rooms.len()];
+        let at = SAMPLE_RATE as usize * (6 + n % 9);
+        let played = ducked(&answer, at, sound.len());
+        let mut mic = room.hear(&played);
+        mix_into(&mut mic, sound, at);
+        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
+        let heard: Vec<_> = h
+            .iter()
+            .filter(|r| !r.heard.ignored())
+            .map(|r| format!("{:?} {:?}", r.heard, r.text))
+            .collect();
+        if *is_stop {
+            stops += 1;
+            let right = h.iter().any(|r| r.heard == Heard::Stop);
+            stops_right += usize::from(right);
+            if !right {
+                println!("  {name} (room {}): heard {heard:?}", n % rooms.len());
+            }
+        } else {
+            others += 1;
+            let taken = !heard.is_empty();
+            others_taken += usize::from(taken);
+            if taken {
+                println!("  {name} (room {}): heard {heard:?}", n % rooms.len());
+            }
+        }
+    }
+    println!(
+        "stops heard as stop: {stops_right}/{stops}; fillers and noises made a question or a stop: {others_taken}/{others}"
     );
 
     println!("## canceller cost");

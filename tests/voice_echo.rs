@@ -38,17 +38,25 @@ const SLOW: std::time::Duration = std::time::Duration::from_secs(180);
 /// canceller, from [`FIRST_OPENING_MS`] on).
 fn listen(mic: &[f32], played: Option<&[f32]>) -> Vec<UtteranceReport> {
     let mut echo = played.map(OfflineEcho::new);
-    let (_, mut out) = heard_through(mic, echo.as_mut());
+    let (_, mut out) = heard_through(mic, echo.as_mut(), None);
     if echo.is_some() {
         out.retain(|r| r.start_ms >= FIRST_OPENING_MS);
     }
     out
 }
 
-/// Listens to `mic` (16 kHz) from its first frame, through `echo` where given: how many times
-/// the voice was lowered (speech onsets while it played), and every utterance judged.
-fn heard_through(mic: &[f32], mut echo: Option<&mut OfflineEcho>) -> (usize, Vec<UtteranceReport>) {
+/// Listens to `mic` (16 kHz) from its first frame, through `echo` where given, knowing that
+/// Jarvis says `answer` where given (as the loop tells the listener): how many times the voice
+/// was lowered (speech onsets while it played), and every utterance judged.
+fn heard_through(
+    mic: &[f32],
+    mut echo: Option<&mut OfflineEcho>,
+    answer: Option<&str>,
+) -> (usize, Vec<UtteranceReport>) {
     let shared = Shared::default();
+    if let Some(answer) = answer {
+        shared.said(true, answer);
+    }
     let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
     let (mut ducks, mut out) = (0, Vec::new());
     let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
@@ -133,24 +141,28 @@ fn a_question_said_over_its_voice_comes_through_with_its_words() {
     assert!(wrong.len() <= 1, "{wrong:?}");
 }
 
+/// What is heard of `phrase`, said in voice `i` over Jarvis's voice at full volume in `room`,
+/// `i` seconds after the canceller settled (the voice lowered as the loop lowers it).
+fn said_over_the_voice(phrase: &str, i: usize, room: &Room) -> Vec<String> {
+    let answer = speech(ANSWER).samples;
+    let words = fixtures::said(phrase, i).expect("espeak-ng makes the fixture");
+    let at = (6 + i) * SAMPLE_RATE as usize;
+    let played = ducked(&answer, at, words.len());
+    let mut mic = room.hear(&played);
+    mix_into(&mut mic, &words, at);
+    verdicts(&listen(&mic, Some(&played)))
+        .iter()
+        .filter(|(h, _)| !h.ignored())
+        .map(|(h, t)| format!("{h:?} {t}"))
+        .collect()
+}
+
 #[test]
 fn stop_said_over_its_voice_at_full_volume_is_heard_as_stop() {
-    let answer = speech(ANSWER).samples;
     let mut heard_as = Vec::new();
     for (i, room) in rooms().into_iter().enumerate() {
         let phrase = ["Stop talking.", "Stop it."][i % 2];
-        let words = fixtures::said(phrase, i).expect("espeak-ng makes the fixture");
-        let at = (6 + i) * SAMPLE_RATE as usize;
-        let played = ducked(&answer, at, words.len());
-        let mut mic = room.hear(&played);
-        mix_into(&mut mic, &words, at);
-        heard_as.push((
-            i,
-            verdicts(&listen(&mic, Some(&played)))
-                .iter()
-                .map(|(h, t)| format!("{h:?} {t}"))
-                .collect::<Vec<_>>(),
-        ));
+        heard_as.push((phrase, said_over_the_voice(phrase, i, &room)));
     }
     // AEC3's suppressor holds a person back until it judges them the dominant near end, and
     // the voice is lowered only once they are heard: the utterance keeps the linear filter's
@@ -159,9 +171,69 @@ fn stop_said_over_its_voice_at_full_volume_is_heard_as_stop() {
     // six: issue 15 asks for every one (BENCHMARKS.md).
     let stops = heard_as
         .iter()
-        .filter(|(_, v)| v.iter().any(|t| t.starts_with("Stop ")))
+        .filter(|(_, heard)| heard.iter().any(|t| t.starts_with("Stop ")))
         .count();
     assert!(stops >= 3, "{heard_as:?}");
+}
+
+#[test]
+fn a_lone_stop_said_over_its_voice_is_heard_as_stop() {
+    // One short word: AEC3's suppressor took 10–30 dB out of its vowel, so every frame of it
+    // was judged the voice's residue and no utterance opened; where one did, it had too few
+    // voiced frames for speech; and whisper heard the voice's residue around it as words
+    // ("Let's start."). The linear filter, which takes most of the echo out, keeps a person
+    // whole: a frame it kept most of is not residue; an utterance opened over the voice with
+    // too little voice for a question is kept if it is a stop; and a stop whisper did not hear
+    // is heard again with the residue gated out.
+    let mut heard_as = Vec::new();
+    for (i, room) in rooms().into_iter().enumerate() {
+        for (j, phrase) in ["Stop.", "Stop!"].into_iter().enumerate() {
+            heard_as.push((i, phrase, said_over_the_voice(phrase, i + j, &room)));
+        }
+    }
+    let missed: Vec<_> = heard_as
+        .iter()
+        .filter(|(_, _, heard)| heard.len() != 1 || !heard[0].starts_with("Stop "))
+        .collect();
+    // (Before: 9 of the 12 missed, each heard as nothing at all. Not yet all: issue 15 asks
+    // for every one; BENCHMARKS.md counts them.)
+    assert!(missed.len() <= 2, "missed {missed:?} of {heard_as:?}");
+}
+
+#[test]
+fn a_negation_said_over_its_voice_is_not_heard_as_a_stop() {
+    // A short utterance over the voice that whisper did not hear as a stop is heard again with
+    // the voice's residue gated out, which takes out a person's first words as well: "Don't
+    // stop." must not come back as "Stop.".
+    let mut stopped = Vec::new();
+    for (i, room) in rooms().into_iter().enumerate() {
+        for (j, phrase) in ["Don't stop.", "No, don't cancel it."]
+            .into_iter()
+            .enumerate()
+        {
+            let heard = said_over_the_voice(phrase, i + j, &room);
+            if heard.iter().any(|t| t.starts_with("Stop ")) {
+                stopped.push((i, phrase, heard));
+            }
+        }
+    }
+    assert!(stopped.is_empty(), "{stopped:?}");
+}
+
+#[test]
+fn an_answer_with_stop_words_in_it_does_not_stop_itself() {
+    // A word or two of the answer that comes through the canceller is too short for the echo
+    // filter (3 words): heard as a short word over the voice, it must not be taken for a stop.
+    let text = "If you want to cancel the timer, say cancel. That is enough for today. Keep \
+        the room quiet, and stop the music before you sleep. Never mind the dishes.";
+    let answer = speech(text).samples;
+    for (i, room) in rooms().into_iter().enumerate() {
+        let mic = room.hear(&answer);
+        let mut echo = OfflineEcho::new(&answer);
+        let (_, heard) = heard_through(&mic, Some(&mut echo), Some(text));
+        let stops: Vec<_> = heard.iter().filter(|r| r.heard == Heard::Stop).collect();
+        assert!(stops.is_empty(), "room {i}: {:?}", verdicts(&heard));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +387,7 @@ fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
 /// The voice ducked (speech onsets while it plays) and the utterances heard over `mic`, from its
 /// first frame, with the canceller `echo`; and what the canceller learned.
 fn first_answer(mic: &[f32], mut echo: OfflineEcho) -> (usize, Vec<UtteranceReport>, Option<bool>) {
-    let (ducks, mut heard) = heard_through(mic, Some(&mut echo));
+    let (ducks, mut heard) = heard_through(mic, Some(&mut echo), None);
     heard.retain(|r| !r.heard.ignored());
     (ducks, heard, echo.learned())
 }

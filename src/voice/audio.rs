@@ -186,12 +186,18 @@ pub struct Capture {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EchoJudged {
     /// Most of what was heard was Jarvis's own echo: what is left is its residue, and does not
-    /// count as someone speaking.
+    /// count as someone speaking. (The suppressor took most of the frame out, and the linear
+    /// filter did not find it mostly someone else's: see `echo::Canceller::cancel`.)
     pub residue: bool,
     /// The frame with only the echo AEC3's linear filter modelled taken out (its residual-echo
     /// suppressor not applied): a person speaking over the voice is whole here, where the
     /// suppressor holds their first syllables back, with some 10 dB of the voice's residue.
     pub linear: Vec<i16>,
+    /// The share of `linear` that is not the voice's residue, by energy (0–1; 1 where the voice
+    /// does not ring): what the linear filter left of the frame against what it is expected to
+    /// leave of the echo alone. Scaled by it (as an amplitude gain, which gates harder), the
+    /// frame is heard a second time without most of the voice's words (see `Listener`).
+    pub voice_free: f32,
 }
 
 impl Capture {

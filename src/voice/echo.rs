@@ -13,9 +13,11 @@
 //! (onsets, voiced frames), the linear filter's is what an utterance keeps, since the suppressor
 //! holds back the first syllables of a person speaking over the voice. A frame it took most out
 //! of while the voice rings is *residue* and never opens an utterance (what it leaves while it
-//! converges is loud enough to sound like speech); and where the microphone's loudness does not
-//! follow the voice at all (headphones) the microphone is listened to as it is, since AEC3 would
-//! hold back the user's words while it learns that no echo comes back.
+//! converges is loud enough to sound like speech) — unless its linear filter, which takes most
+//! of the echo out, kept most of the frame: that is a person speaking over the voice, whom the
+//! suppressor holds back. Where the microphone's loudness does not follow the voice at all
+//! (headphones) the microphone is listened to as it is, since AEC3 would hold back the user's
+//! words while it learns that no echo comes back.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -275,6 +277,18 @@ const RING_FRAMES: u32 = 25;
 const RESIDUE: f64 = 0.1;
 /// While settling: less than half (−3 dB).
 const SETTLING_RESIDUE: f64 = 0.5;
+/// A frame whose linear filter output kept at least this share of what was heard (−3 dB), where
+/// the filter takes most of the echo out, holds a person speaking over the voice, however much
+/// the suppressor took out: the filter found little of the voice's echo in it.
+const NEAR_END_KEPT: f64 = 0.5;
+/// The filter takes most of the echo out once it takes this much out (6 dB) of the frames the
+/// voice sounded in (the median of the last [`FILTERED_FRAMES`]: a person speaking over a few of
+/// them does not move it). How much it can take out is bounded by the room's reverberation,
+/// longer than the filter: 8–12 dB in the simulated rooms, so 8 dB left a lone "Stop." unheard
+/// in a laptop's room, where 6 dB costs two ducks in 50 first answers after a restart
+/// (BENCHMARKS.md).
+const FILTERED_DB: f32 = 6.0;
+const FILTERED_FRAMES: usize = 50;
 
 /// A frame with Jarvis's voice taken out.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,6 +307,7 @@ impl Cancelled {
             judged: EchoJudged {
                 residue: false,
                 linear: capture.to_vec(),
+                voice_free: 1.0,
             },
         }
     }
@@ -616,6 +631,8 @@ pub struct Canceller {
     settling: u32,
     /// Frames for which the echo may still ring.
     ringing: u32,
+    /// What the linear filter took out (dB) of the last frames the voice sounded in.
+    filtered_db: VecDeque<f32>,
     /// Whether any voice was played to it yet (before, it has nothing to tell).
     heard_voice: bool,
     /// The microphone it last heard through, by name where known (`None`: never opened).
@@ -633,6 +650,7 @@ impl Canceller {
             judge: PathJudge::new(),
             settling: SETTLING_FRAMES,
             ringing: 0,
+            filtered_db: VecDeque::with_capacity(FILTERED_FRAMES),
             heard_voice: false,
             microphone: None,
             delay_hint_ms,
@@ -692,29 +710,68 @@ impl Canceller {
             EchoPath::Unknown => return Cancelled::as_heard(capture),
             EchoPath::Present => {}
         }
+        let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
+        let (heard, kept) = (energy(capture), energy(&linear));
         if super::audio::loudness(played) > 0.0 {
             self.settling = self.settling.saturating_sub(1);
             self.ringing = RING_FRAMES;
+            if heard > 0.0 {
+                if self.filtered_db.len() == FILTERED_FRAMES {
+                    self.filtered_db.pop_front();
+                }
+                self.filtered_db
+                    .push_back((10.0 * (heard / kept.max(1.0)).log10()) as f32);
+            }
         }
         let mut residue = false;
+        let mut voice_free = 1.0;
         if self.ringing > 0 {
             self.ringing -= 1;
             // A frame the canceller took most out of (−10 dB or more) while Jarvis's voice can
             // still be heard was its echo: what is left is residue, not a person, who keeps
             // most of a frame's energy.
-            let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
             // (While it settles, the canceller takes less out: half is enough to tell.)
             let share = if self.settling > 0 {
                 SETTLING_RESIDUE
             } else {
                 RESIDUE
             };
-            residue = energy(&out) < energy(capture) * share;
+            let filtered_db = self.filtered_db();
+            // (A person who speaks over the voice is held back by the suppressor until it
+            // judges them the dominant near end — the vowel of "Stop." came out 10–30 dB down,
+            // a residue by energy alone, and no utterance opened; the linear filter keeps them
+            // whole, where it takes 6–15 dB of the echo out. Until it has found the echo, a
+            // second or two into the voice, it takes nothing out of anything.)
+            let near_end =
+                kept >= heard * NEAR_END_KEPT && filtered_db.is_some_and(|db| db >= FILTERED_DB);
+            residue = energy(&out) < heard * share && !near_end;
+            if let Some(db) = filtered_db {
+                // What the filter is expected to leave of the echo in this frame, against what
+                // it left: the rest is someone else.
+                let expected = heard * 10f64.powf(-f64::from(db) / 10.0);
+                voice_free = (1.0 - expected / kept.max(1.0)).clamp(0.0, 1.0) as f32;
+            }
         }
         Cancelled {
             frame: out,
-            judged: EchoJudged { residue, linear },
+            judged: EchoJudged {
+                residue,
+                linear,
+                voice_free,
+            },
         }
+    }
+
+    /// What the linear filter takes out of the echo (dB): the median over the last frames the
+    /// voice sounded in, once there are enough of them (a person speaking over a few does not
+    /// move it).
+    fn filtered_db(&self) -> Option<f32> {
+        if self.filtered_db.len() < FILTERED_FRAMES {
+            return None;
+        }
+        let mut sorted: Vec<f32> = self.filtered_db.iter().copied().collect();
+        sorted.sort_by(f32::total_cmp);
+        Some(sorted[FILTERED_FRAMES / 2])
     }
 
     /// What it measured so far.

@@ -26,7 +26,8 @@ const RECENT_ANSWERS: usize = 3;
 pub struct UtteranceReport {
     /// The verdict.
     pub heard: Heard,
-    /// What was transcribed (empty for noise that never reached speech-to-text).
+    /// What was transcribed (empty for noise: never transcribed, or a short word said over the
+    /// voice that was not a stop).
     pub text: String,
     /// Where it started, ms since listening began.
     pub start_ms: u64,
@@ -260,8 +261,6 @@ impl Listener {
         frame: &[i16],
         judged: Option<&EchoJudged>,
     ) -> Result<Vec<ListenEvent>, VoiceError> {
-        let residue = judged.is_some_and(|j| j.residue);
-        let kept = judged.map(|j| j.linear.as_slice());
         let now_ms = self.frame_index * FRAME_MS;
         // A level meter falls back slowly and jumps up at once, as a person's eye expects.
         let level = audio::loudness_i16(frame);
@@ -300,7 +299,7 @@ impl Listener {
             }
         }
         let strict = self.shared.speaking();
-        for segment in self.segmenter.push_judged(frame, kept, strict, residue) {
+        for segment in self.segmenter.push_judged(frame, judged, strict) {
             out.extend(self.segment(segment)?);
         }
         self.transcribe_ahead();
@@ -403,9 +402,18 @@ impl Listener {
                     ListenEvent::SpeechEnded,
                 ]
             }
+            Segment::Brief(utterance) => {
+                let mut out: Vec<ListenEvent> = self
+                    .judge(utterance, true)?
+                    .map(ListenEvent::Heard)
+                    .into_iter()
+                    .collect();
+                out.push(ListenEvent::SpeechEnded);
+                out
+            }
             Segment::Utterance(utterance) => {
                 let mut out: Vec<ListenEvent> = self
-                    .judge(utterance)?
+                    .judge(utterance, false)?
                     .map(ListenEvent::Heard)
                     .into_iter()
                     .collect();
@@ -415,7 +423,15 @@ impl Listener {
         })
     }
 
-    fn judge(&mut self, utterance: Utterance) -> Result<Option<UtteranceReport>, VoiceError> {
+    /// What `utterance` was. A `brief` one (too little voice for a question, opened while
+    /// Jarvis's voice played: see [`Segment::Brief`]) is kept only as a stop ("Stop." is a short
+    /// word, which the canceller holds back to a few voiced frames); anything else of it is
+    /// what a noise would have been ("Um.", a cough), whatever whisper wrote.
+    fn judge(
+        &mut self,
+        utterance: Utterance,
+        brief: bool,
+    ) -> Result<Option<UtteranceReport>, VoiceError> {
         let holds_wake_word = std::mem::take(&mut self.holds_wake_word);
         let mode = self.mode;
         let report = |heard, text: String| UtteranceReport {
@@ -449,7 +465,30 @@ impl Listener {
             recent_answers: &answers,
             wake_conversation: self.mode == ListenMode::Wake && self.shared.awake(),
         };
-        let heard = classify(&text, &context);
+        let mut heard = classify(&text, &context);
+        if heard != Heard::Stop && self.began_while_speaking {
+            if let Some(stop) =
+                self.stop_without_the_voice(&utterance, &text, holds_wake_word, &context)?
+            {
+                (heard, text) = (Heard::Stop, stop);
+            }
+        }
+        if heard == Heard::Stop && brief && spoken_by_the_voice(&text, &answers) {
+            // Too short for the echo filter (3 words): a word of the answer that came through
+            // ("…press cancel"), not the person.
+            tracing::debug!("a brief stop over the voice is a word of its answer: noise");
+            heard = Heard::Noise;
+        }
+        if brief && heard != Heard::Stop {
+            tracing::debug!(
+                ?heard,
+                "a brief utterance over the voice, not a stop: noise"
+            );
+            return Ok(Some(UtteranceReport {
+                last_voiced_ms: utterance.end_ms,
+                ..report(Heard::Noise, String::new())
+            }));
+        }
         if heard == Heard::Goodbye {
             // The wake conversation is over as soon as it is said: what follows needs the wake
             // word again (the reply in progress is still answered).
@@ -459,7 +498,59 @@ impl Listener {
     }
 }
 
+/// Voice enough for the longest stop phrase ("okay, stop, Jarvis", "that is enough") said
+/// slowly: 1.5 s. A longer utterance over the voice is a question, and is heard once.
+const STOP_AT_MOST_VOICED: usize = 75;
+
+/// Words whisper writes for a short stop it mishears: at most two ("Let's start.", "Why not?").
+const MISHEARD_AT_MOST_WORDS: usize = 2;
+
+/// Whether every word of `text` is in one of the answers Jarvis is speaking or just spoke.
+fn spoken_by_the_voice(text: &str, answers: &[String]) -> bool {
+    let said = words(text);
+    !said.is_empty()
+        && answers.iter().any(|answer| {
+            let answer = words(answer);
+            said.iter().all(|w| answer.contains(w))
+        })
+}
+
 impl Listener {
+    /// A stop said over Jarvis's voice that whisper did not hear as one in what the linear
+    /// filter kept — the voice's residue around a short word turns it into others ("Stop." as
+    /// "Let's start.", "Quiet." as "Why not?") — heard again with that residue gated out frame
+    /// by frame: its words, if they are a stop.
+    ///
+    /// Only where the first hearing could be a stop misheard: a short utterance (a stop is a
+    /// few words) written as one or two words, none of them a word of the stop heard the
+    /// second time. Gating takes out what overlapped the voice, which is a person's first
+    /// words too: "Don't stop." or "No, don't cancel it." must not come back as "Stop." or
+    /// "Cancel it.". And not where every word of it is in the answer being spoken: a word of
+    /// the voice that came through is no one's stop.
+    fn stop_without_the_voice(
+        &self,
+        utterance: &Utterance,
+        first: &str,
+        holds_wake_word: bool,
+        context: &HeardContext<'_>,
+    ) -> Result<Option<String>, VoiceError> {
+        let first = words(first);
+        if utterance.voiced_frames > STOP_AT_MOST_VOICED || first.len() > MISHEARD_AT_MOST_WORDS {
+            return Ok(None);
+        }
+        let Some(samples) = utterance.without_the_voice() else {
+            return Ok(None);
+        };
+        let mut text = self.transcriber.transcribe(&audio::to_f32(&samples))?.text;
+        if holds_wake_word {
+            text = after_wake_word(&text);
+        }
+        let stop = classify(&text, context) == Heard::Stop
+            && !words(&text).iter().any(|w| first.contains(w))
+            && !spoken_by_the_voice(&text, context.recent_answers);
+        Ok(stop.then_some(text))
+    }
+
     /// An utterance whose words will be wanted has begun, or the wake word opened a
     /// conversation: speech-to-text makes again the working state it let go of while the voice
     /// was quiet (whisper: a few milliseconds), on a thread of its own while the person speaks.

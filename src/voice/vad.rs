@@ -1,12 +1,14 @@
 //! Cutting the microphone's frames into utterances with the WebRTC voice activity detector: an
 //! onset of a few voiced frames opens one (with the frames just before it, so the first word is
 //! not clipped), a hangover of unvoiced frames closes it (so a pause between words does not), and
-//! a burst with too few voiced frames never leaves this stage.
+//! a burst with too few voiced frames never leaves this stage — except over Jarvis's voice, where
+//! it may be a one-word stop ([`Segment::Brief`]).
 
 use std::collections::VecDeque;
 
 use webrtc_vad::{SampleRate, Vad, VadMode};
 
+use super::audio::EchoJudged;
 use super::{FRAME, FRAME_MS};
 
 /// How utterances are cut.
@@ -36,7 +38,10 @@ pub struct SegmenterSettings {
     /// Unvoiced frames in a row that close it whatever was judged at the pause; `None` closes
     /// only on [`Segmenter::finish`] (push to talk: the release ends the utterance).
     pub hangover_frames: Option<usize>,
-    /// Fewer voiced frames than this is noise, not speech.
+    /// Fewer voiced frames than this is noise, not speech — or, in an utterance opened on the
+    /// strict onset (while Jarvis's voice plays), a [`Segment::Brief`]: a short word said over
+    /// the voice ("Stop."), which the echo canceller's suppressor holds back to a few voiced
+    /// frames, whose words decide whether it was a stop.
     pub min_voiced_frames: usize,
     /// An utterance is cut after this many frames.
     pub max_frames: usize,
@@ -98,6 +103,27 @@ pub struct Utterance {
     pub last_voiced_ms: u64,
     /// How many of its frames were voiced.
     pub voiced_frames: usize,
+    /// For each 20 ms frame of `samples`, the share of it that is not Jarvis's voice's residue
+    /// (see [`EchoJudged::voice_free`]): 1 where nothing of the voice was left.
+    pub voice_free: Vec<f32>,
+}
+
+impl Utterance {
+    /// Its samples with what the echo canceller left of Jarvis's voice gated out, frame by
+    /// frame (each frame scaled by its [`Utterance::voice_free`], as measured: an energy share
+    /// applied as an amplitude gain, which gates harder); `None` where nothing was left of it.
+    pub fn without_the_voice(&self) -> Option<Vec<i16>> {
+        if self.voice_free.iter().all(|g| *g >= 1.0) {
+            return None;
+        }
+        Some(
+            self.samples
+                .chunks(FRAME)
+                .zip(self.voice_free.iter().chain(std::iter::repeat(&1.0)))
+                .flat_map(|(frame, gain)| frame.iter().map(move |s| (f32::from(*s) * gain) as i16))
+                .collect(),
+        )
+    }
 }
 
 /// What a frame brought.
@@ -117,6 +143,10 @@ pub enum Segment {
     },
     /// An utterance ended with enough voice to be speech.
     Utterance(Utterance),
+    /// An utterance opened while Jarvis's voice played (on the strict onset, so with 6 voiced
+    /// frames at least) ended with too little voice to be a question: a short word said over the
+    /// voice, kept only if it is a stop (see [`SegmenterSettings::min_voiced_frames`]).
+    Brief(Utterance),
     /// A burst ended with too few voiced frames: noise, never transcribed.
     Noise {
         /// Where it started.
@@ -140,14 +170,19 @@ pub struct Segmenter {
     vad: Detector,
     settings: SegmenterSettings,
     frame_index: u64,
-    recent: VecDeque<(Vec<i16>, bool)>,
+    /// The last frames before an onset: what is kept of each, whether it was voiced, and the
+    /// share of it that is not the voice's residue.
+    recent: VecDeque<(Vec<i16>, bool, f32)>,
     current: Option<Open>,
 }
 
 struct Open {
     /// The frame the onset was heard on (the pre-roll reaches back from it).
     onset_frame: u64,
+    /// It opened on the strict onset, while Jarvis's voice played.
+    strict: bool,
     samples: Vec<i16>,
+    voice_free: Vec<f32>,
     start_frame: u64,
     frames: usize,
     voiced: usize,
@@ -180,19 +215,19 @@ impl Segmenter {
 
     /// Feeds one 20 ms frame.
     pub fn push(&mut self, frame: &[i16]) -> Vec<Segment> {
-        self.push_judged(frame, None, false, false)
+        self.push_judged(frame, None, false)
     }
 
     /// Feeds one 20 ms frame heard while Jarvis's voice plays (`strict`: an utterance opens only
-    /// on the strict onset), or judged its echo's `residue` (never voiced). `kept`, where given,
-    /// is what an utterance keeps of the frame in its place (behind the echo canceller: its
-    /// linear filter's output, which holds nothing of a person back); the frame is only judged.
+    /// on the strict onset), with what the echo canceller told of it, where it is behind one:
+    /// a frame it judged its echo's `residue` is never voiced, and an utterance keeps the frame's
+    /// `linear` output in its place (which holds nothing of a person back); the frame is only
+    /// judged.
     pub fn push_judged(
         &mut self,
         frame: &[i16],
-        kept: Option<&[i16]>,
+        judged: Option<&EchoJudged>,
         strict: bool,
-        residue: bool,
     ) -> Vec<Segment> {
         let mut out = Vec::new();
         let whole = |frame: &[i16]| {
@@ -204,16 +239,19 @@ impl Segmenter {
         let rms = (frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>() / FRAME as f64).sqrt();
         let heard = self.vad.0.is_voice_segment(&frame).unwrap_or(false)
             && rms as f32 >= self.settings.floor_rms;
+        let residue = judged.is_some_and(|j| j.residue);
+        let voice_free = judged.map_or(1.0, |j| j.voice_free);
         // Residue never opens an utterance; inside one, where the canceller also holds back a
         // person talking over Jarvis's voice, it counts as what the detector says.
         let voiced = heard && (!residue || self.current.is_some());
-        let frame = kept.map(whole).unwrap_or(frame);
+        let frame = judged.map(|j| whole(&j.linear)).unwrap_or(frame);
         let index = self.frame_index;
         self.frame_index += 1;
         let s = self.settings;
 
         if let Some(open) = &mut self.current {
             open.samples.extend_from_slice(&frame);
+            open.voice_free.push(voice_free);
             open.frames += 1;
             if voiced {
                 open.voiced += 1;
@@ -236,7 +274,7 @@ impl Segmenter {
             return out;
         }
 
-        self.recent.push_back((frame, voiced));
+        self.recent.push_back((frame, voiced, voice_free));
         let pre_roll = if strict {
             s.strict_pre_roll_frames
         } else {
@@ -260,21 +298,25 @@ impl Segmenter {
             .iter()
             .rev()
             .take(window)
-            .filter(|(_, v)| *v)
+            .filter(|(_, v, _)| *v)
             .count();
         if voiced && voiced_recent >= needed {
             let kept = self.recent.len().min(pre_roll.max(1));
             let start_frame = index + 1 - kept as u64;
             let mut samples = Vec::with_capacity(FRAME * 100);
+            let mut voice_free = Vec::with_capacity(100);
             let mut voiced_count = 0;
-            for (f, v) in self.recent.iter().skip(self.recent.len() - kept) {
+            for (f, v, g) in self.recent.iter().skip(self.recent.len() - kept) {
                 samples.extend_from_slice(f);
+                voice_free.push(*g);
                 voiced_count += usize::from(*v);
             }
             self.recent.clear();
             self.current = Some(Open {
                 onset_frame: index,
+                strict,
                 samples,
+                voice_free,
                 start_frame,
                 frames: kept,
                 voiced: voiced_count,
@@ -319,19 +361,103 @@ impl Segmenter {
         let open = self.current.take()?;
         let start_ms = open.start_frame * FRAME_MS;
         let end_ms = start_ms + open.frames as u64 * FRAME_MS;
-        if open.voiced < self.settings.min_voiced_frames {
+        if open.voiced < self.settings.min_voiced_frames && !open.strict {
             return Some(Segment::Noise {
                 start_ms,
                 end_ms,
                 voiced_frames: open.voiced,
             });
         }
-        Some(Segment::Utterance(Utterance {
+        let utterance = Utterance {
             samples: open.samples,
             start_ms,
             end_ms,
             last_voiced_ms: (open.last_voiced_frame + 1) * FRAME_MS,
             voiced_frames: open.voiced,
-        }))
+            voice_free: open.voice_free,
+        };
+        Some(if open.voiced < self.settings.min_voiced_frames {
+            Segment::Brief(utterance)
+        } else {
+            Segment::Utterance(utterance)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` 20 ms frames of a buzz with a voice's harmonics (the detector hears it as voice).
+    fn voice(n: usize) -> Vec<Vec<i16>> {
+        (0..n * FRAME)
+            .map(|i| {
+                let t = i as f32 / 16_000.0;
+                let s: f32 = (1..12)
+                    .map(|h| (std::f32::consts::TAU * 140.0 * h as f32 * t).sin() / h as f32)
+                    .sum();
+                (s * 6000.0) as i16
+            })
+            .collect::<Vec<_>>()
+            .chunks(FRAME)
+            .map(<[i16]>::to_vec)
+            .collect()
+    }
+
+    fn segments(frames: usize, strict: bool) -> Vec<Segment> {
+        let mut segmenter = Segmenter::new(SegmenterSettings::default());
+        let mut out = Vec::new();
+        for frame in voice(frames).iter().chain(&vec![vec![0; FRAME]; 100]) {
+            out.extend(segmenter.push_judged(frame, None, strict));
+        }
+        out.extend(segmenter.finish());
+        out
+    }
+
+    #[test]
+    fn a_word_too_short_for_a_question_is_brief_over_the_voice_and_noise_otherwise() {
+        let brief = segments(10, true);
+        assert!(
+            matches!(brief.as_slice(), [Segment::SpeechStarted { .. }, Segment::Brief(u)] if u.voiced_frames < 12),
+            "{brief:?}"
+        );
+        let noise = segments(10, false);
+        assert!(
+            matches!(
+                noise.as_slice(),
+                [Segment::SpeechStarted { .. }, Segment::Noise { .. }]
+            ),
+            "{noise:?}"
+        );
+        // Long enough for speech, it is an utterance either way (its pause asked about first);
+        // too short to open one over the voice, nothing.
+        for strict in [true, false] {
+            let long = segments(30, strict);
+            assert!(
+                matches!(long.last(), Some(Segment::Utterance(_))),
+                "{long:?}"
+            );
+        }
+        assert!(segments(4, true).is_empty());
+    }
+
+    #[test]
+    fn the_voice_left_in_an_utterance_is_gated_out_frame_by_frame() {
+        let samples = vec![1000_i16; FRAME * 3];
+        let mut utterance = Utterance {
+            samples,
+            start_ms: 0,
+            end_ms: 60,
+            last_voiced_ms: 60,
+            voiced_frames: 3,
+            voice_free: vec![1.0; 3],
+        };
+        assert_eq!(utterance.without_the_voice(), None, "nothing to gate out");
+        utterance.voice_free = vec![1.0, 0.5, 0.0];
+        let gated = utterance.without_the_voice().unwrap();
+        assert_eq!(gated.len(), FRAME * 3);
+        assert!(gated[..FRAME].iter().all(|s| *s == 1000));
+        assert!(gated[FRAME..2 * FRAME].iter().all(|s| *s == 500));
+        assert!(gated[2 * FRAME..].iter().all(|s| *s == 0));
     }
 }
