@@ -402,25 +402,20 @@ impl Listener {
                     ListenEvent::SpeechEnded,
                 ]
             }
-            Segment::Brief(utterance) => {
-                let mut out: Vec<ListenEvent> = self
-                    .judge(utterance, true)?
-                    .map(ListenEvent::Heard)
-                    .into_iter()
-                    .collect();
-                out.push(ListenEvent::SpeechEnded);
-                out
-            }
-            Segment::Utterance(utterance) => {
-                let mut out: Vec<ListenEvent> = self
-                    .judge(utterance, false)?
-                    .map(ListenEvent::Heard)
-                    .into_iter()
-                    .collect();
-                out.push(ListenEvent::SpeechEnded);
-                out
-            }
+            Segment::Brief(utterance) => self.ended(utterance, true)?,
+            Segment::Utterance(utterance) => self.ended(utterance, false)?,
         })
+    }
+
+    /// An utterance that ended: what it was (see [`Listener::judge`]), and the end of speech.
+    fn ended(&mut self, utterance: Utterance, brief: bool) -> Result<Vec<ListenEvent>, VoiceError> {
+        let mut out: Vec<ListenEvent> = self
+            .judge(utterance, brief)?
+            .map(ListenEvent::Heard)
+            .into_iter()
+            .collect();
+        out.push(ListenEvent::SpeechEnded);
+        Ok(out)
     }
 
     /// What `utterance` was. A `brief` one (too little voice for a question, opened while
