@@ -22,7 +22,7 @@ use std::time::Instant;
 use jarvis::config::{Config, SpeechModel};
 use jarvis::service::ListenMode;
 use jarvis::voice::echo::{Canceller, OfflineEcho};
-use jarvis::voice::fixtures::{self, ducked, mix_into, rooms};
+use jarvis::voice::fixtures::{self, ducked, mix_into, rooms, Room};
 use jarvis::voice::listen::{ListenEvent, Shared};
 use jarvis::voice::{audio, models, Heard, Listener, Transcriber, UtteranceReport, SAMPLE_RATE};
 
@@ -120,6 +120,22 @@ fn listen(
     (ducks, heard)
 }
 
+/// What is heard of `sound` said over `answer` from sample `at` on, in `room` (the voice lowered
+/// as the loop lowers it once it hears the onset), by a canceller that knew nothing of the room
+/// when the answer began: the utterances judged after its first 1.5 s.
+fn said_over(
+    whisper: &Arc<dyn Transcriber>,
+    room: &Room,
+    answer: &[f32],
+    sound: &[f32],
+    at: usize,
+) -> Vec<UtteranceReport> {
+    let played = ducked(answer, at, sound.len());
+    let mut mic = room.hear(&played);
+    mix_into(&mut mic, sound, at);
+    listen(whisper, &mic, &played, Some(Start::Fresh), 1500).1
+}
+
 fn main() {
     let whisper: Arc<dyn Transcriber> = Arc::new(
         models::load_whisper(&model_dir(), SpeechModel::TinyEn, 2)
@@ -195,10 +211,7 @@ fn main() {
         let at = SAMPLE_RATE as usize * (6 + i);
         let q =
             fixtures::said("What is the weather like in Paris tomorrow?", i).expect("espeak-ng");
-        let played = ducked(&answer, at, q.len());
-        let mut mic = room.hear(&played);
-        mix_into(&mut mic, &q, at);
-        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
+        let h = said_over(&whisper, &room, &answer, &q, at);
         let right = h.len() == 1 && {
             let t = h[0].text.to_lowercase();
             h[0].heard == Heard::Question && t.contains("weather") && t.contains("tomorrow")
@@ -212,10 +225,7 @@ fn main() {
             "Stop talking.",
         ][i % 5];
         let s = fixtures::said(word, i).expect("espeak-ng");
-        let played = ducked(&answer, at, s.len());
-        let mut mic = room.hear(&played);
-        mix_into(&mut mic, &s, at);
-        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
+        let h = said_over(&whisper, &room, &answer, &s, at);
         let stopped = h.iter().any(|r| r.heard == Heard::Stop);
         stops_right += usize::from(stopped);
         if !stopped {
@@ -264,10 +274,7 @@ fn main() {
     for (n, (name, sound, is_stop)) in items.iter().enumerate() {
         let room = rooms[n % rooms.len()];
         let at = SAMPLE_RATE as usize * (6 + n % 9);
-        let played = ducked(&answer, at, sound.len());
-        let mut mic = room.hear(&played);
-        mix_into(&mut mic, sound, at);
-        let (_, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), 1500);
+        let h = said_over(&whisper, &room, &answer, sound, at);
         let heard: Vec<_> = h
             .iter()
             .filter(|r| !r.heard.ignored())
