@@ -587,7 +587,7 @@ impl Listener {
         } else {
             transcript.text.clone()
         };
-        let turn = self.turn.judge(&samples, &judged);
+        let turn = self.turn.judge(&samples, &judged, transcript.last_word_p);
         tracing::debug!(?turn, voiced_frames, "a pause judged");
         self.asked = Some((voiced_frames, transcript));
         turn == Turn::Complete

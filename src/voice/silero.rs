@@ -135,10 +135,7 @@ impl Transcriber for SpeechGate {
                     best = p.iter().cloned().fold(0.0_f32, f32::max),
                     "no voice in the utterance: noise"
                 );
-                return Ok(Transcript {
-                    text: String::new(),
-                    no_speech: 1.0,
-                });
+                return Ok(Transcript::of(String::new(), 1.0));
             }
             Ok(_) => {}
             Err(err) => tracing::warn!(%err, "the speech detector failed; whisper judges alone"),

@@ -17,6 +17,42 @@ pub struct Transcript {
     pub text: String,
     /// Whisper's estimate that there was no speech at all (0–1).
     pub no_speech: f32,
+    /// How sure whisper was of the last word it wrote: the least probability among that word's
+    /// tokens (1 where it wrote no word, or where the transcriber cannot tell).
+    pub last_word_p: f32,
+}
+
+impl Transcript {
+    /// `text`, with nothing known of how sure the transcriber was.
+    pub fn of(text: impl Into<String>, no_speech: f32) -> Transcript {
+        Transcript {
+            text: text.into(),
+            no_speech,
+            last_word_p: 1.0,
+        }
+    }
+}
+
+/// The least probability among the tokens of the last word in `tokens` (each token's text and
+/// probability, in order; whisper's special tokens already left out): a word begins at a token
+/// that opens with a space, and tokens with no letter or digit in them (punctuation) are not
+/// part of it. 1 where there is no word.
+pub fn last_word_p(tokens: &[(String, f32)]) -> f32 {
+    let Some(last) = tokens
+        .iter()
+        .rposition(|(text, _)| text.chars().any(char::is_alphanumeric))
+    else {
+        return 1.0;
+    };
+    let start = tokens[..=last]
+        .iter()
+        .rposition(|(text, _)| text.starts_with(' '))
+        .unwrap_or(0);
+    tokens[start..=last]
+        .iter()
+        .filter(|(text, _)| text.chars().any(char::is_alphanumeric))
+        .map(|(_, p)| *p)
+        .fold(1.0, f32::min)
 }
 
 /// Turns 16 kHz mono speech into text.
@@ -417,19 +453,22 @@ impl Whisper {
         let cap = max_tokens_for(audio.len());
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let state = self.state_in(&mut guard)?;
-        let (mut text, mut no_speech, mut tokens) =
-            self.decode(state, &audio, audio_ctx, self.token_cap.then_some(cap))?;
-        if self.token_cap && tokens >= cap {
+        let mut decoded = self.decode(state, &audio, audio_ctx, self.token_cap.then_some(cap))?;
+        if self.token_cap && decoded.tokens >= cap {
             // The decoding chosen ran to the cap: a loop too varied for the repetition check,
             // which whisper, left to its own limit, fails and tries again warmer. So it is here.
-            (text, no_speech, tokens) = self.decode(state, &audio, audio_ctx, None)?;
+            decoded = self.decode(state, &audio, audio_ctx, None)?;
         }
-        tracing::trace!(tokens, "transcribed");
-        let mut text = collapse_repeats(text.trim());
+        tracing::trace!(tokens = decoded.tokens, "transcribed");
+        let mut text = collapse_repeats(decoded.text.trim());
         if self.prompted && !self.english_only && self.language == "zh" {
             text = without_prompt(&text);
         }
-        Ok(Transcript { text, no_speech })
+        Ok(Transcript {
+            text,
+            no_speech: decoded.no_speech,
+            last_word_p: decoded.last_word_p,
+        })
     }
 
     /// The state in `slot`, made again if it was released.
@@ -449,15 +488,14 @@ impl Whisper {
         Ok(slot.as_mut().expect("made above"))
     }
 
-    /// One run of whisper over `audio` (its decodings capped at `cap` tokens, where given): the
-    /// text, the no-speech probability and the tokens the decoding chosen wrote.
+    /// One run of whisper over `audio` (its decodings capped at `cap` tokens, where given).
     fn decode(
         &self,
         state: &mut WhisperState,
         audio: &[f32],
         audio_ctx: i32,
         cap: Option<i32>,
-    ) -> Result<(String, f32, i32), VoiceError> {
+    ) -> Result<Decoded, VoiceError> {
         // Greedy at temperature 0; where that decoding is unsure, five samples at each higher
         // temperature (best_of applies to those only), as openai-whisper's transcribe does.
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 5 });
@@ -512,6 +550,8 @@ impl Whisper {
         let mut bytes: Vec<u8> = Vec::new();
         let mut no_speech: f32 = 0.0;
         let mut tokens = 0;
+        let mut written: Vec<(String, f32)> = Vec::new();
+        let eot = self.context.token_eot();
         for segment in state.as_iter() {
             let piece = segment
                 .to_bytes()
@@ -519,13 +559,70 @@ impl Whisper {
             bytes.extend_from_slice(piece);
             no_speech = no_speech.max(segment.no_speech_probability());
             tokens = tokens.max(segment.n_tokens());
+            for i in 0..segment.n_tokens() {
+                let Some(token) = segment.get_token(i) else {
+                    continue;
+                };
+                if token.token_id() >= eot {
+                    continue; // whisper's own marks: the end, timestamps, the task
+                }
+                let text = token.to_str_lossy().map(|t| t.into_owned());
+                written.push((text.unwrap_or_default(), token.token_probability()));
+            }
         }
-        Ok((text_of(&bytes), no_speech, tokens))
+        Ok(Decoded {
+            text: text_of(&bytes),
+            no_speech,
+            tokens,
+            last_word_p: last_word_p(&written),
+        })
     }
+}
+
+/// What one decoding wrote.
+struct Decoded {
+    text: String,
+    no_speech: f32,
+    /// The most tokens a segment of it had.
+    tokens: i32,
+    last_word_p: f32,
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_last_word_is_as_sure_as_its_least_sure_token_punctuation_aside() {
+        use super::last_word_p;
+        let tokens = |t: &[(&str, f32)]| -> Vec<(String, f32)> {
+            t.iter().map(|(s, p)| (s.to_string(), *p)).collect()
+        };
+        // "Book a table for" heard as "… for it.": the word made up at the cut is the unsure one.
+        let made_up = tokens(&[
+            (" Book", 0.9),
+            (" a", 0.9),
+            (" table", 0.8),
+            (" for", 0.7),
+            (" it", 0.2),
+            (".", 0.95),
+        ]);
+        assert_eq!(last_word_p(&made_up), 0.2);
+        // A word of several tokens: its least sure piece; the unsure "?" after it is not a word.
+        let pieces = tokens(&[
+            (" What", 0.9),
+            (" is", 0.9),
+            (" Ad", 0.6),
+            ("mok", 0.3),
+            ("ent", 0.8),
+            ("?", 0.1),
+        ]);
+        assert_eq!(last_word_p(&pieces), 0.3);
+        // The first word of a transcript need not open with a space.
+        assert_eq!(last_word_p(&tokens(&[("Hello", 0.4), ("!", 0.9)])), 0.4);
+        // Nothing but punctuation, or nothing at all: no word to doubt.
+        assert_eq!(last_word_p(&tokens(&[(".", 0.2)])), 1.0);
+        assert_eq!(last_word_p(&[]), 1.0);
+    }
+
     #[test]
     fn a_loop_or_a_repeated_sentence_in_chinese_is_kept_once() {
         use super::collapse_repeats;

@@ -8,6 +8,7 @@
 //! Two judges, words first:
 //! - the words: a sentence does not end on an article, a preposition, a conjunction, a
 //!   possessive or an "um" ([`hangs`]). Whisper writes what it heard, so this holds in any voice;
+//!   and a last word whisper was unsure of may be one it made up at the cut ([`UNSURE_LAST_WORD`]);
 //! - the voice: Smart Turn v3.2 (ONNX, BSD-2, from `pipecat-ai`), which hears in the last 8 s of
 //!   audio whether a person sounds finished. Alone it is fooled by a voice that falls at a
 //!   mid-sentence pause (synthesized first halves ending "…set an alarm for" were judged complete
@@ -36,6 +37,14 @@ const BINS: usize = N_FFT / 2 + 1;
 
 /// At least this likely to be finished is "complete" (the model's own threshold).
 pub const COMPLETE: f32 = 0.5;
+
+/// A last word whisper gave less probability than this is one it may have made up at the cut:
+/// whisper tiny.en ends a half it heard with a word a sentence can end on ("Translate good
+/// morning into" as "… Intel.", "Write a short poem about" as "… very remote."), and those
+/// words are the ones it is least sure of. Measured on the turn fixtures' halves and whole
+/// questions in four voices (`cargo bench --bench turn`, BENCHMARKS.md): 0.25 held 11 of the 36
+/// halves whose words did not hang, and 3 of 104 finished questions (misheard ones, mostly).
+pub const UNSURE_LAST_WORD: f32 = 0.25;
 
 /// Whether the person has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,18 +304,20 @@ impl TurnJudge {
     }
 
     /// Whether the person who said `samples` (16 kHz, the utterance so far), transcribed as
-    /// `text`, has finished:
+    /// `text` with its last word `last_word_p` likely, has finished:
     /// - nothing said: complete (there is nothing to wait for);
     /// - words that hang: incomplete, whatever the voice did;
+    /// - a last word whisper was unsure of ([`UNSURE_LAST_WORD`]): incomplete — the longer
+    ///   quiet costs a finished person a second, a made-up ending cuts a hesitating one in two;
     /// - a question whisper heard whole ("…?"): complete;
     /// - otherwise the model's verdict; with no model, or one that fails, complete (the quiet
     ///   before the question was asked is the hangover it always was).
-    pub fn judge(&self, samples: &[i16], text: &str) -> Turn {
+    pub fn judge(&self, samples: &[i16], text: &str, last_word_p: f32) -> Turn {
         let text = &super::heard::without_labels(text);
         if super::heard::words(text).is_empty() {
             return Turn::Complete;
         }
-        if hangs(text) {
+        if hangs(text) || last_word_p < UNSURE_LAST_WORD {
             return Turn::Incomplete;
         }
         if text.trim_end().ends_with('?') {
@@ -335,6 +346,23 @@ impl TurnJudge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_that_could_end_wait_for_the_longer_quiet_when_whisper_was_unsure_of_the_last() {
+        let words_only = TurnJudge::default();
+        for (text, p, turn) in [
+            // A half whisper finished with a word it made up: only its doubt tells.
+            ("Write a short poem, very remote.", 0.12, Turn::Incomplete),
+            ("Is it going to be new?", 0.2, Turn::Incomplete),
+            // The same words heard surely, and a question heard whole, end the turn at once.
+            ("Write a short poem, very remote.", 0.9, Turn::Complete),
+            ("What is the capital of Australia?", 0.6, Turn::Complete),
+        ] {
+            assert_eq!(words_only.judge(&[], text, p), turn, "{text} ({p})");
+        }
+        // Nothing said is nothing to wait for, however unsure.
+        assert_eq!(words_only.judge(&[], "", 0.0), Turn::Complete);
+    }
 
     #[test]
     fn a_sentence_hangs_on_a_preposition_an_article_or_an_um_not_on_a_noun() {
