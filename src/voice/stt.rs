@@ -574,7 +574,13 @@ impl Whisper {
             text: text_of(&bytes),
             no_speech,
             tokens,
-            last_word_p: last_word_p(&written),
+            // Measured on English only, where a word opens with a space; Chinese has no spaces
+            // (the "last word" would be the whole sentence) and neither language was measured.
+            last_word_p: if self.english_only || self.language == "en" {
+                last_word_p(&written)
+            } else {
+                1.0
+            },
         })
     }
 }

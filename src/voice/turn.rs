@@ -286,6 +286,16 @@ pub fn hangs(text: &str) -> bool {
         .is_some_and(|last| HANGING.contains(&last.as_str()))
 }
 
+/// Whether `text` is a stop said alone: it ends the reply at once, however unsure whisper was.
+fn is_a_stop(text: &str) -> bool {
+    let anywhere = super::heard::HeardContext {
+        began_while_speaking: false,
+        recent_answers: &[],
+        wake_conversation: false,
+    };
+    super::heard::classify(text, &anywhere) == super::Heard::Stop
+}
+
 /// Judges a pause: the words first, then (where they leave it open) the voice.
 #[derive(Clone, Default)]
 pub struct TurnJudge {
@@ -307,8 +317,9 @@ impl TurnJudge {
     /// `text` with its last word `last_word_p` likely, has finished:
     /// - nothing said: complete (there is nothing to wait for);
     /// - words that hang: incomplete, whatever the voice did;
-    /// - a last word whisper was unsure of ([`UNSURE_LAST_WORD`]): incomplete — the longer
-    ///   quiet costs a finished person a second, a made-up ending cuts a hesitating one in two;
+    /// - a last word whisper was unsure of ([`UNSURE_LAST_WORD`]), a stop aside: incomplete —
+    ///   the longer quiet costs a finished person a second, a made-up ending cuts a hesitating
+    ///   one in two;
     /// - a question whisper heard whole ("…?"): complete;
     /// - otherwise the model's verdict; with no model, or one that fails, complete (the quiet
     ///   before the question was asked is the hangover it always was).
@@ -317,7 +328,7 @@ impl TurnJudge {
         if super::heard::words(text).is_empty() {
             return Turn::Complete;
         }
-        if hangs(text) || last_word_p < UNSURE_LAST_WORD {
+        if hangs(text) || (last_word_p < UNSURE_LAST_WORD && !is_a_stop(text)) {
             return Turn::Incomplete;
         }
         if text.trim_end().ends_with('?') {
@@ -357,6 +368,8 @@ mod tests {
             // The same words heard surely, and a question heard whole, end the turn at once.
             ("Write a short poem, very remote.", 0.9, Turn::Complete),
             ("What is the capital of Australia?", 0.6, Turn::Complete),
+            // A stop ends the reply at once, however unsure whisper was of it.
+            ("Okay, stop, Jarvis.", 0.1, Turn::Complete),
         ] {
             assert_eq!(words_only.judge(&[], text, p), turn, "{text} ({p})");
         }
