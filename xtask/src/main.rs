@@ -5,8 +5,8 @@
 //! file whisper.cpp reads; `--weights q8_0` (or `q5_1`) stores its weight matrices quantized as
 //! ggml's reference quantizers do (half precision, `f16`, where not given).
 //! `cargo run -p xtask -- ct2-list model.bin` lists a model's variables.
-//! `cargo run -p xtask -- package` makes the `.deb` and `.rpm` of the release build
-//! (`scripts/package` builds it first).
+//! `cargo run -p xtask -- package [--debug]` makes the `.deb` and `.rpm` of the release build, or
+//! of the debug one (`scripts/package` builds it first).
 
 mod ct2;
 mod ggml;
@@ -59,7 +59,13 @@ fn main() -> Result<()> {
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("target"));
-            for path in package::run(&root, &target.join("release"))? {
+            // `--debug`: the debug build the tests ran (scripts/package --debug), else release.
+            let profile = match args.next().as_deref() {
+                None => "release",
+                Some("--debug") => "debug",
+                Some(other) => bail!("usage: xtask package [--debug] (not {other:?})"),
+            };
+            for path in package::run(&root, &target.join(profile))? {
                 println!("{}", path.display());
             }
             Ok(())

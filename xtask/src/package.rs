@@ -1,4 +1,5 @@
-//! `cargo run -p xtask -- package`: the `.deb` and `.rpm` of the release build, made by Tauri's
+//! `cargo run --release -p xtask -- package [--debug]`: the `.deb` and `.rpm` of the release
+//! build (or of the debug build the tests ran, as CI checks the package), made by Tauri's
 //! bundler (the library `cargo tauri bundle` drives), holding `jarvis-desktop`, `jarvis` and
 //! `jarvis-llm` in `/usr/bin`, the icons, the desktop entry and the AppStream metainfo, with the
 //! system libraries they load declared. The models are not in the package: the app offers them
@@ -50,17 +51,18 @@ const RPM_DEPENDS: &[&str] = &[
 /// Not needed to start: espeak-ng speaks where Piper's voice is not installed.
 const RECOMMENDS: &[&str] = &["espeak-ng"];
 
-/// Builds the packages from the release binaries in `release` (the workspace at `root`);
-/// returns their paths.
-pub fn run(root: &Path, release: &Path) -> Result<Vec<PathBuf>> {
+/// Builds the packages from the binaries in `built` (the release build, or the debug one; the
+/// workspace at `root`); returns their paths.
+pub fn run(root: &Path, built: &Path) -> Result<Vec<PathBuf>> {
     for binary in BINARIES {
-        let path = release.join(binary);
+        let path = built.join(binary);
         if !path.is_file() {
-            bail!(
-                "{} is not built: cargo build --release -p jarvis-desktop -p jarvis -p jarvis-llm \
-                 (scripts/package does)",
-                path.display()
-            );
+            let how = if built.ends_with("debug") {
+                "cargo build --workspace --bins --tests (scripts/package --debug does)"
+            } else {
+                "cargo build --release -p jarvis-desktop -p jarvis -p jarvis-llm (scripts/package does)"
+            };
+            bail!("{} is not built: {how}", path.display());
         }
     }
     let config: serde_json::Value = serde_json::from_str(
@@ -88,7 +90,7 @@ pub fn run(root: &Path, release: &Path) -> Result<Vec<PathBuf>> {
     let list = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect());
     let summary = "A desktop AI assistant you can talk to, offline by default".to_string();
     let settings = SettingsBuilder::new()
-        .project_out_directory(release)
+        .project_out_directory(built)
         .package_settings(PackageSettings {
             product_name: text("/productName")?,
             version: text("/version")?,
