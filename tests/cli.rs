@@ -16,21 +16,6 @@ fn at_stub(cmd: &mut tokio::process::Command, stub: &Stub) {
         .env("OPENAI_API_KEY", "sk-test-key");
 }
 
-/// Reads a command's output until it holds `needle` (the reply is under way); returns what came.
-async fn read_until(stdout: &mut tokio::process::ChildStdout, needle: &str) -> Vec<u8> {
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
-    while !String::from_utf8_lossy(&seen).contains(needle) {
-        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "the reply ended too early");
-        seen.extend_from_slice(&buf[..n]);
-    }
-    seen
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ask_streams_the_reply_and_another_process_shows_it() {
     let stub = Stub::start().await.unwrap();

@@ -859,18 +859,26 @@ async fn the_models_calls_reach_the_everything_server_and_its_results_the_next_r
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_file_is_read_only_after_the_users_allow_and_a_deny_reaches_the_model_as_a_refusal() {
+/// A folder holding plans.txt ("The launch is on Tuesday."), the file's path, and the stub
+/// scripted for `replies` replies that each ask the filesystem server (`files`) to read it once,
+/// then answer "Answer N.".
+async fn plans_the_model_asks_to_read(replies: usize) -> (tempfile::TempDir, String, Stub) {
     let folder = tempfile::tempdir().unwrap();
-    let secret = folder.path().join("plans.txt");
-    std::fs::write(&secret, "The launch is on Tuesday.").unwrap();
-    let path = secret.display().to_string();
+    let plans = folder.path().join("plans.txt");
+    std::fs::write(&plans, "The launch is on Tuesday.").unwrap();
+    let path = plans.display().to_string();
     let call = format!(r#"{{"path": {}}}"#, json!(path));
     let stub = Stub::start().await.unwrap();
-    for n in 1..=4 {
+    for n in 1..=replies {
         stub.push(Script::text("").tool_call(&format!("c{n}"), "files__read_text_file", &call));
         stub.push(Script::text(format!("Answer {n}.")));
     }
+    (folder, path, stub)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_is_read_only_after_the_users_allow_and_a_deny_reaches_the_model_as_a_refusal() {
+    let (folder, path, stub) = plans_the_model_asks_to_read(4).await;
     let dir = Dir::new();
     let filesystem = reference("mcp-server-filesystem");
     let folder_arg = folder.path().display().to_string();
@@ -959,6 +967,88 @@ async fn a_file_is_read_only_after_the_users_allow_and_a_deny_reaches_the_model_
         assert!(line.starts_with("Used files · read_text_file\n"), "{line}");
         assert!(line.ends_with("The launch is on Tuesday."), "{line}");
     }
+}
+
+/// `jarvis ask` asks on its terminal before a tool runs, naming the server, the tool and what it
+/// would be given; "o" runs it once and what it read reaches the model. Without a terminal to
+/// ask, the call is denied, the user is told why, and the model is told as a tool's result.
+#[tokio::test(flavor = "multi_thread")]
+async fn jarvis_ask_runs_a_tool_only_after_a_yes_on_its_terminal_and_denies_it_without_one() {
+    let (folder, path, stub) = plans_the_model_asks_to_read(2).await;
+    let dir = Dir::new();
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"files\"\ncommand = {:?}\nargs = [{:?}]\n",
+            reference("mcp-server-filesystem"),
+            folder.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let ask = |question: &str| {
+        let mut cmd = jarvis(&dir);
+        cmd.env("JARVIS_BACKEND", "openai")
+            .env("OPENAI_BASE_URL", stub.openai_url())
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .args(["ask", "--new", question]);
+        cmd
+    };
+
+    // On a terminal: asked there, and "o" (once) lets the file be read.
+    let mut on_tty = on_a_terminal(&ask("What is in plans.txt?"));
+    on_tty
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = on_tty.spawn().unwrap();
+    let mut typed = child.stdin.take().unwrap();
+    let mut shown = child.stdout.take().unwrap();
+    let asked = String::from_utf8_lossy(&read_until(&mut shown, "Allow it?").await).into_owned();
+    assert!(
+        asked.contains("Jarvis wants to use files · read_text_file with:") && asked.contains(&path),
+        "{asked}"
+    );
+    {
+        use tokio::io::AsyncWriteExt as _;
+        typed.write_all(b"o\n").await.unwrap();
+    }
+    let answered = String::from_utf8_lossy(&read_until(&mut shown, "Answer 1.").await).into_owned();
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{asked}{answered}");
+    drop(typed);
+    let read = tool_results(&stub.received()[1].body);
+    assert!(
+        read.last().unwrap().contains("The launch is on Tuesday."),
+        "{read:?}"
+    );
+
+    // With no terminal (a session of its own has none): denied, and said so.
+    let mut detached = ask("And now?");
+    // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
+    unsafe {
+        detached.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let (code, out, err) = output(&mut detached).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("(denied: there is no terminal to ask"),
+        "{err}"
+    );
+    assert_eq!(out.trim_end(), "Answer 2.");
+    let denied = tool_results(&stub.received()[3].body);
+    assert!(
+        denied
+            .last()
+            .unwrap()
+            .contains("was not run: the user denied it"),
+        "{denied:?}"
+    );
+    assert!(!denied.last().unwrap().contains("Tuesday"), "{denied:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

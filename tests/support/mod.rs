@@ -214,6 +214,57 @@ pub async fn ask_new(service: &Service, text: &str) -> (ChatId, ReplyId, Attachm
     (chat, reply, attachment)
 }
 
+/// Reads a command's output until it holds `needle` (the reply is under way); returns what came.
+pub async fn read_until(stdout: &mut tokio::process::ChildStdout, needle: &str) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            n > 0,
+            "it ended before it said {needle:?}: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen
+}
+
+/// `cmd` (made with a cleared environment, as [`jarvis`] makes it) run on a terminal of its
+/// own: `script` (util-linux) runs it on a pseudo-terminal that is its controlling terminal (the
+/// `/dev/tty` a process asks the user on), passes what is written to script's stdin on to it as
+/// typed, and copies what it shows to script's stdout.
+pub fn on_a_terminal(cmd: &tokio::process::Command) -> tokio::process::Command {
+    let cmd = cmd.as_std();
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"));
+    let line: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(quote)
+        .collect();
+    let mut wrapped = tokio::process::Command::new("script");
+    wrapped
+        .args([
+            "--quiet",
+            "--return",
+            "--command",
+            &line.join(" "),
+            "/dev/null",
+        ])
+        .env_clear()
+        .kill_on_drop(true);
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
 /// The `jarvis` binary with an environment that touches nothing of the user's.
 pub fn jarvis(dir: &Dir) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_jarvis"));
