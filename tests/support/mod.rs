@@ -216,11 +216,20 @@ pub async fn ask_new(service: &Service, text: &str) -> (ChatId, ReplyId, Attachm
 
 /// Reads a command's output until it holds `needle` (the reply is under way); returns what came.
 pub async fn read_until(stdout: &mut tokio::process::ChildStdout, needle: &str) -> Vec<u8> {
+    read_until_within(LIMIT, stdout, needle).await
+}
+
+/// [`read_until`], waiting up to `limit` for each piece of output.
+pub async fn read_until_within(
+    limit: Duration,
+    stdout: &mut tokio::process::ChildStdout,
+    needle: &str,
+) -> Vec<u8> {
     use tokio::io::AsyncReadExt as _;
     let mut seen = Vec::new();
     let mut buf = [0u8; 64];
     while !String::from_utf8_lossy(&seen).contains(needle) {
-        let n = tokio::time::timeout(LIMIT, stdout.read(&mut buf))
+        let n = tokio::time::timeout(limit, stdout.read(&mut buf))
             .await
             .unwrap()
             .unwrap();

@@ -82,6 +82,8 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        _ => bail!("usage: xtask whisper-ggml … | xtask ct2-list model.bin"),
+        _ => bail!(
+            "usage: xtask whisper-ggml … | xtask ct2-list model.bin | xtask package [--debug]"
+        ),
     }
 }
