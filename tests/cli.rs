@@ -10,12 +10,6 @@ use jarvis_stub::{Script, Stub};
 use support::*;
 use tokio::io::AsyncReadExt;
 
-fn at_stub(cmd: &mut tokio::process::Command, stub: &Stub) {
-    cmd.env("JARVIS_BACKEND", "openai")
-        .env("OPENAI_BASE_URL", stub.openai_url())
-        .env("OPENAI_API_KEY", "sk-test-key");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ask_streams_the_reply_and_another_process_shows_it() {
     let stub = Stub::start().await.unwrap();

@@ -991,10 +991,8 @@ async fn jarvis_ask_runs_a_tool_only_after_a_yes_on_its_terminal_and_denies_it_w
     .unwrap();
     let ask = |question: &str| {
         let mut cmd = jarvis(&dir);
-        cmd.env("JARVIS_BACKEND", "openai")
-            .env("OPENAI_BASE_URL", stub.openai_url())
-            .env("OPENAI_API_KEY", "sk-test-key")
-            .args(["ask", "--new", question]);
+        at_stub(&mut cmd, &stub);
+        cmd.args(["ask", "--new", question]);
         cmd
     };
 

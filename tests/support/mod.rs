@@ -274,6 +274,13 @@ pub fn on_a_terminal(cmd: &tokio::process::Command) -> tokio::process::Command {
     wrapped
 }
 
+/// `cmd` (the `jarvis` binary) asks the stub, as an OpenAI-compatible server, with a test key.
+pub fn at_stub(cmd: &mut tokio::process::Command, stub: &Stub) {
+    cmd.env("JARVIS_BACKEND", "openai")
+        .env("OPENAI_BASE_URL", stub.openai_url())
+        .env("OPENAI_API_KEY", "sk-test-key");
+}
+
 /// The `jarvis` binary with an environment that touches nothing of the user's.
 pub fn jarvis(dir: &Dir) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_jarvis"));
