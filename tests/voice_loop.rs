@@ -1607,6 +1607,76 @@ async fn in_german_jarvis_says_it_and_hears_stopp_and_hoer_auf_as_stops() {
     );
 }
 
+/// The characters of the questions below that simplified and traditional writing tell apart,
+/// as (simplified, traditional).
+const SCRIPTS_APART: [(char, char); 9] = [
+    ('帮', '幫'),
+    ('写', '寫'),
+    ('邮', '郵'),
+    ('吗', '嗎'),
+    ('离', '離'),
+    ('远', '遠'),
+    ('这', '這'),
+    ('么', '麼'),
+    ('气', '氣'),
+];
+
+/// `questions` said by `jarvis say` and heard by `jarvis listen` with the settings for Chinese
+/// written as `language` says (`zh`, `zh-hant`), each followed by 1.8 s of quiet: one JSON line
+/// for each, and all of them as printed.
+async fn heard_in_chinese(
+    dir: &Dir,
+    language: &str,
+    questions: &[&str],
+) -> (Vec<serde_json::Value>, String) {
+    std::fs::write(
+        dir.path().join("settings.toml"),
+        format!("[general]\nlanguage = \"{language}\"\n\n[voice]\nthreads = 1\n"),
+    )
+    .unwrap();
+    let mut session = silence(500);
+    for (i, question) in questions.iter().enumerate() {
+        let out = dir.path().join(format!("{i}.wav"));
+        let mut cmd = jarvis(dir);
+        cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+        cmd.args(["say", "--out", out.to_str().unwrap(), question]);
+        let (code, _, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("espeak-ng speaks Chinese"), "{err}");
+        let said = Clip::from_wav_file(&out)
+            .unwrap()
+            .resampled(jarvis::voice::SAMPLE_RATE)
+            .unwrap();
+        session = session.then(&said).then(&silence(1800));
+    }
+    let wav = dir.path().join("zhongwen.wav");
+    let (heard, out) = listened(dir, &wav, &session).await;
+    assert_eq!(heard.len(), questions.len(), "{out}");
+    (heard, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_traditional_chinese_what_is_heard_is_written_in_traditional_characters() {
+    let _one = SERIAL.lock().await;
+    let dir = Dir::new();
+    let questions = [
+        "你能幫我寫一封郵件嗎？",
+        "台北離高雄有多遠？",
+        "這裡的天氣怎麼樣？",
+    ];
+    let (heard, out) = heard_in_chinese(&dir, "zh-hant", &questions).await;
+    let text: String = heard.iter().map(|u| u["text"].as_str().unwrap()).collect();
+    let (simplified, traditional): (Vec<char>, Vec<char>) = SCRIPTS_APART.iter().copied().unzip();
+    assert!(
+        !text.chars().any(|c| simplified.contains(&c)),
+        "written in simplified characters: {out}"
+    );
+    assert!(
+        text.chars().filter(|c| traditional.contains(c)).count() >= 3,
+        "not written in traditional characters: {out}"
+    );
+}
+
 /// Characters of `text` that are Chinese (CJK unified ideographs).
 fn han(text: &str) -> Vec<char> {
     text.chars()
@@ -1644,34 +1714,12 @@ async fn listened(
 async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_characters() {
     let _one = SERIAL.lock().await;
     let dir = Dir::new();
-    std::fs::write(
-        dir.path().join("settings.toml"),
-        "[general]\nlanguage = \"zh\"\n\n[voice]\nthreads = 1\n",
-    )
-    .unwrap();
     let questions = [
         "你能帮我写一封邮件吗？",
         "上海离北京有多远？",
         "帮我查一下明天的日程。",
     ];
-    let mut session = silence(500);
-    for (i, question) in questions.iter().enumerate() {
-        let out = dir.path().join(format!("{i}.wav"));
-        let mut cmd = jarvis(&dir);
-        cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
-        cmd.args(["say", "--out", out.to_str().unwrap(), question]);
-        let (code, _, err) = output_within(SPEECH_LIMIT, &mut cmd).await;
-        assert_eq!(code, 0, "{err}");
-        assert!(err.contains("espeak-ng speaks Chinese"), "{err}");
-        let said = Clip::from_wav_file(&out)
-            .unwrap()
-            .resampled(jarvis::voice::SAMPLE_RATE)
-            .unwrap();
-        session = session.then(&said).then(&silence(1800));
-    }
-    let wav = dir.path().join("zhongwen.wav");
-    let (heard, out) = listened(&dir, &wav, &session).await;
-    assert_eq!(heard.len(), questions.len(), "{out}");
+    let (heard, out) = heard_in_chinese(&dir, "zh", &questions).await;
     let (mut wrong, mut total) = (0, 0);
     for (question, utterance) in questions.iter().zip(&heard) {
         assert_eq!(utterance["heard"], "question", "{out}");
@@ -1691,5 +1739,11 @@ async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_character
     assert!(
         wrong * 10 <= total * 8,
         "{wrong} of {total} characters wrong: {out}"
+    );
+    // In the simplified characters the setting asks for.
+    let traditional: Vec<char> = SCRIPTS_APART.iter().map(|(_, t)| *t).collect();
+    assert!(
+        !out.chars().any(|c| traditional.contains(&c)),
+        "written in traditional characters: {out}"
     );
 }

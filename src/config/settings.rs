@@ -624,8 +624,12 @@ pub enum Language {
     En,
     /// German.
     De,
-    /// Chinese.
+    /// Chinese, written in simplified characters (the mainland's and Singapore's).
     Zh,
+    /// Chinese, written in traditional characters (Taiwan's, Hong Kong's and Macau's): what it
+    /// hears is written, and what it writes around the user's words reads, as they write.
+    #[serde(rename = "zh-hant", alias = "zh-tw", alias = "zh-hk")]
+    ZhHant,
 }
 
 impl McpServerSettings {
@@ -645,13 +649,14 @@ impl McpServerSettings {
 }
 
 impl Language {
-    /// The settings file's word for it (`auto`, `en`, `de`, `zh`).
+    /// The settings file's word for it (`auto`, `en`, `de`, `zh`, `zh-hant`).
     pub fn key(self) -> &'static str {
         match self {
             Language::Auto => "auto",
             Language::En => "en",
             Language::De => "de",
             Language::Zh => "zh",
+            Language::ZhHant => "zh-hant",
         }
     }
 
@@ -668,16 +673,30 @@ impl Language {
         Language::of_tag(&tag).unwrap_or(Language::En)
     }
 
-    /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`), if it is
-    /// one of Jarvis's.
+    /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`, `zh_TW`),
+    /// if it is one of Jarvis's. Chinese is traditional where the tag names that script
+    /// (`zh-Hant`) or a place that writes it (Taiwan, Hong Kong, Macau), simplified otherwise.
     pub fn of_tag(tag: &str) -> Option<Language> {
         let tag = tag.trim().to_ascii_lowercase();
-        match tag.split(['_', '-', '.', '@']).next().unwrap_or_default() {
+        let mut parts = tag
+            .split(['.', '@'])
+            .next()
+            .unwrap_or_default()
+            .split(['_', '-']);
+        match parts.next().unwrap_or_default() {
             "en" => Some(Language::En),
             "de" => Some(Language::De),
+            "zh" if parts.any(|p| matches!(p, "hant" | "tw" | "hk" | "mo")) => {
+                Some(Language::ZhHant)
+            }
             "zh" => Some(Language::Zh),
             _ => None,
         }
+    }
+
+    /// Whether it is Chinese, in either script.
+    pub fn is_chinese(self) -> bool {
+        matches!(self.resolved(), Language::Zh | Language::ZhHant)
     }
 
     /// Its name, in English (for messages).
@@ -685,6 +704,7 @@ impl Language {
         match self.resolved() {
             Language::De => "German",
             Language::Zh => "Chinese",
+            Language::ZhHant => "Chinese (traditional characters)",
             _ => "English",
         }
     }
@@ -694,7 +714,7 @@ impl Language {
     pub fn whisper_code(self) -> &'static str {
         match self.resolved() {
             Language::De => "de",
-            Language::Zh => "zh",
+            Language::Zh | Language::ZhHant => "zh",
             _ => "en",
         }
     }
@@ -706,7 +726,7 @@ impl Language {
     pub fn espeak_voice(self) -> &'static str {
         match self.resolved() {
             Language::De => "de",
-            Language::Zh => "cmn-latn-pinyin",
+            Language::Zh | Language::ZhHant => "cmn-latn-pinyin",
             _ => "en-us",
         }
     }

@@ -1,7 +1,7 @@
 //! The request's envelopes in the user's language (ADR 0044): the state block's heading and
 //! lines, the day lines, the summary's heading and the marks of content from outside — in
-//! English, German or Chinese. Tool names and arguments the model is told to use stay as they
-//! are in every language.
+//! English, German or Chinese (simplified or traditional characters). Tool names and arguments
+//! the model is told to use stay as they are in every language.
 
 use chrono::{DateTime, Datelike, FixedOffset, NaiveDate};
 
@@ -17,8 +17,11 @@ pub enum Locale {
     English,
     /// German.
     German,
-    /// Chinese.
+    /// Chinese, in simplified characters.
     Chinese,
+    /// Chinese, in traditional characters and Taiwan's words for the app's things (程式,
+    /// 使用者, 訊息), its quotes 「」.
+    ChineseTraditional,
 }
 
 impl Locale {
@@ -33,6 +36,7 @@ impl Locale {
         match language.resolved() {
             Language::De => Locale::German,
             Language::Zh => Locale::Chinese,
+            Language::ZhHant => Locale::ChineseTraditional,
             _ => Locale::English,
         }
     }
@@ -43,6 +47,7 @@ impl Locale {
             Locale::English => (e::STATE_OPEN, e::STATE_CLOSE),
             Locale::German => (e::STATE_OPEN_DE, e::STATE_CLOSE_DE),
             Locale::Chinese => (e::STATE_OPEN_ZH, e::STATE_CLOSE_ZH),
+            Locale::ChineseTraditional => (e::STATE_OPEN_ZH_HANT, e::STATE_CLOSE_ZH_HANT),
         }
     }
 
@@ -52,6 +57,7 @@ impl Locale {
             Locale::English => e::SUMMARY_OPEN,
             Locale::German => e::SUMMARY_OPEN_DE,
             Locale::Chinese => e::SUMMARY_OPEN_ZH,
+            Locale::ChineseTraditional => e::SUMMARY_OPEN_ZH_HANT,
         }
     }
 
@@ -61,6 +67,7 @@ impl Locale {
             Locale::English => (e::OUTSIDE_OPEN, e::OUTSIDE_CLOSE),
             Locale::German => (e::OUTSIDE_OPEN_DE, e::OUTSIDE_CLOSE_DE),
             Locale::Chinese => (e::OUTSIDE_OPEN_ZH, e::OUTSIDE_CLOSE_ZH),
+            Locale::ChineseTraditional => (e::OUTSIDE_OPEN_ZH_HANT, e::OUTSIDE_CLOSE_ZH_HANT),
         }
     }
 
@@ -83,10 +90,15 @@ impl Locale {
                 "本对话中程序的标注用中文：{open} …… {close} 是状态块，{outside} …… {outside_close} \
                  标出外部内容，{summary} 是此前对话的摘要。它们来自程序，不是用户说的话；不要复述。"
             )),
+            Locale::ChineseTraditional => Some(format!(
+                "本對話中程式的標註用中文：{open} …… {close} 是狀態區塊，{outside} …… \
+                 {outside_close} 標出外部內容，{summary} 是先前對話的摘要。它們來自程式，不是使用者\
+                 說的話；不要複述。"
+            )),
         }
     }
 
-    /// `[Thu 24 Sep]`, `[Do 24. Sep]`, `[9月24日 周四]`.
+    /// `[Thu 24 Sep]`, `[Do 24. Sep]`, `[9月24日 周四]`, `[9月24日 週四]`.
     pub(super) fn day_line(self, date: NaiveDate) -> String {
         match self {
             Locale::English => format!("[{}]", date.format("%a %-d %b")),
@@ -96,7 +108,12 @@ impl Locale {
                 date.day(),
                 DE_MONTHS_SHORT[date.month0() as usize]
             ),
-            Locale::Chinese => format!("[{}月{}日 {}]", date.month(), date.day(), zh_weekday(date)),
+            Locale::Chinese | Locale::ChineseTraditional => format!(
+                "[{}月{}日 {}]",
+                date.month(),
+                date.day(),
+                self.zh_weekday(date)
+            ),
         }
     }
 
@@ -114,12 +131,17 @@ impl Locale {
                 now.format("%H:%M"),
                 now.format("%:z")
             ),
-            Locale::Chinese => format!(
-                "当地时间：{}年{}月{}日 {} {} (UTC{})",
+            Locale::Chinese | Locale::ChineseTraditional => format!(
+                "{}：{}年{}月{}日 {} {} (UTC{})",
+                if self == Locale::Chinese {
+                    "当地时间"
+                } else {
+                    "當地時間"
+                },
                 now.year(),
                 now.month(),
                 now.day(),
-                zh_weekday(now.date_naive()),
+                self.zh_weekday(now.date_naive()),
                 now.format("%H:%M"),
                 now.format("%:z")
             ),
@@ -146,6 +168,15 @@ impl Locale {
                     Mode::PushToTalk => "语音，按键说话",
                     Mode::HandsFree => "语音，免提",
                     Mode::Wake => "语音，唤醒词之后",
+                }
+            ),
+            Locale::ChineseTraditional => format!(
+                "互動方式：{}",
+                match mode {
+                    Mode::Typed => "打字",
+                    Mode::PushToTalk => "語音，按鍵說話",
+                    Mode::HandsFree => "語音，免持",
+                    Mode::Wake => "語音，喚醒詞之後",
                 }
             ),
         }
@@ -179,6 +210,15 @@ impl Locale {
                 "上一个回答：在用户听到任何内容之前被打断".to_string()
             }
             (Locale::Chinese, Cut::NoAnswer) => "上一个问题：已停止，没有任何回答".to_string(),
+            (Locale::ChineseTraditional, Cut::After(prefix)) => {
+                format!("上一個回答：朗讀時在「{prefix}」之後被打斷；使用者沒有聽到其餘部分")
+            }
+            (Locale::ChineseTraditional, Cut::BeforeAnyWord) => {
+                "上一個回答：在使用者聽到任何內容之前被打斷".to_string()
+            }
+            (Locale::ChineseTraditional, Cut::NoAnswer) => {
+                "上一個問題：已停止，沒有任何回答".to_string()
+            }
         }
     }
 
@@ -225,6 +265,18 @@ impl Locale {
                 "等待用户确认：{question}（如果这条消息表示同意，就用同样的参数再次调用 {name}；\
                  否则不运行）"
             ),
+            (Locale::ChineseTraditional, Confirmation::Forget(question)) => format!(
+                "等待使用者確認：{question}（如果這則訊息表示同意，就用這個 id 和 confirm: true \
+                 呼叫 forget_fact；否則保留這條事實）"
+            ),
+            (Locale::ChineseTraditional, Confirmation::Remember(question)) => format!(
+                "等待使用者確認：{question}（這是讀了外部內容之後提出的，不是使用者提出的；如果這則\
+                 訊息表示同意，就用這條事實和 confirm: true 呼叫 remember_fact；否則不儲存）"
+            ),
+            (Locale::ChineseTraditional, Confirmation::Tool { question, name }) => format!(
+                "等待使用者確認：{question}（如果這則訊息表示同意，就用同樣的參數再次呼叫 {name}；\
+                 否則不執行）"
+            ),
         }
     }
 
@@ -234,6 +286,7 @@ impl Locale {
             Locale::English => format!("Forget \"{fact}\" (fact {id})?"),
             Locale::German => format!("Vergessen: „{fact}“ (Tatsache {id})?"),
             Locale::Chinese => format!("忘记“{fact}”（事实 {id}）吗？"),
+            Locale::ChineseTraditional => format!("忘記「{fact}」（事實 {id}）嗎？"),
         }
     }
 
@@ -243,6 +296,7 @@ impl Locale {
             Locale::English => format!("Remember \"{fact}\"?"),
             Locale::German => format!("Merken: „{fact}“?"),
             Locale::Chinese => format!("记住“{fact}”吗？"),
+            Locale::ChineseTraditional => format!("記住「{fact}」嗎？"),
         }
     }
 
@@ -252,9 +306,9 @@ impl Locale {
         let and = match self {
             Locale::English => " and ",
             Locale::German => " und ",
-            Locale::Chinese => "和",
+            Locale::Chinese | Locale::ChineseTraditional => "和",
         };
-        let comma = if self == Locale::Chinese { "、" } else { ", " };
+        let comma = if self.is_chinese() { "、" } else { ", " };
         let all = match said.len() {
             0 => String::new(),
             1 => said[0].clone(),
@@ -274,6 +328,12 @@ impl Locale {
             (Locale::Chinese, false) => {
                 format!("要我使用你的 {server} 服务器的 {tool}（{all}）吗？")
             }
+            (Locale::ChineseTraditional, true) => {
+                format!("要我使用你的 {server} 伺服器的 {tool} 嗎？")
+            }
+            (Locale::ChineseTraditional, false) => {
+                format!("要我使用你的 {server} 伺服器的 {tool}（{all}）嗎？")
+            }
         }
     }
 
@@ -283,7 +343,25 @@ impl Locale {
             Locale::English => format!("Actions still running: {running}"),
             Locale::German => format!("Noch laufende Aktionen: {running}"),
             Locale::Chinese => format!("仍在进行的操作：{running}"),
+            Locale::ChineseTraditional => format!("仍在進行的操作：{running}"),
         }
+    }
+
+    /// Whether it is Chinese, in either script.
+    pub fn is_chinese(self) -> bool {
+        matches!(self, Locale::Chinese | Locale::ChineseTraditional)
+    }
+
+    /// `周四`, or `週四` in traditional characters.
+    fn zh_weekday(self, date: NaiveDate) -> String {
+        let day = ["一", "二", "三", "四", "五", "六", "日"]
+            [date.weekday().num_days_from_monday() as usize];
+        let week = if self == Locale::ChineseTraditional {
+            "週"
+        } else {
+            "周"
+        };
+        format!("{week}{day}")
     }
 }
 
@@ -316,11 +394,6 @@ fn de_weekday(date: NaiveDate) -> &'static str {
         "Samstag",
         "Sonntag",
     ][date.weekday().num_days_from_monday() as usize]
-}
-
-fn zh_weekday(date: NaiveDate) -> &'static str {
-    ["周一", "周二", "周三", "周四", "周五", "周六", "周日"]
-        [date.weekday().num_days_from_monday() as usize]
 }
 
 #[cfg(test)]
@@ -368,6 +441,19 @@ mod tests {
         assert_eq!(Language::of_tag("de_DE.UTF-8"), Some(Language::De));
         assert_eq!(Language::of_tag("zh_CN.UTF-8"), Some(Language::Zh));
         assert_eq!(Language::of_tag("zh-Hans"), Some(Language::Zh));
+        assert_eq!(Language::of_tag("zh_SG.UTF-8"), Some(Language::Zh));
+        // Where Chinese is written in traditional characters.
+        for tag in [
+            "zh_TW.UTF-8",
+            "zh_HK",
+            "zh_MO.UTF-8",
+            "zh-Hant",
+            "zh-Hant-TW",
+        ] {
+            assert_eq!(Language::of_tag(tag), Some(Language::ZhHant), "{tag}");
+        }
+        assert_eq!(Locale::of(Language::ZhHant), Locale::ChineseTraditional);
+        assert_eq!(Language::ZhHant.whisper_code(), "zh");
         assert_eq!(Language::of_tag("en_GB"), Some(Language::En));
         assert_eq!(Language::of_tag("C.UTF-8"), None);
         assert_eq!(Language::of_tag("fr_FR"), None);
@@ -384,6 +470,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(settings.general.language, Language::Zh);
+        for written in ["zh-hant", "zh-tw", "zh-hk"] {
+            let settings = crate::config::Settings::parse(
+                &format!("[general]\nlanguage = \"{written}\"\n"),
+                std::path::Path::new("settings.toml"),
+            )
+            .unwrap();
+            assert_eq!(settings.general.language, Language::ZhHant, "{written}");
+        }
+        assert_eq!(Language::ZhHant.key(), "zh-hant");
         let err = crate::config::Settings::parse(
             "[general]\nlanguage = \"fr\"\n",
             std::path::Path::new("settings.toml"),

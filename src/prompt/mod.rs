@@ -686,6 +686,48 @@ mod tests {
         );
         // What the model copies of them is taken off its answer.
         assert_eq!(strip_envelopes(&contents[2].1), "罗马呢？");
+
+        // In traditional characters, with Taiwan's words for the app's things.
+        let mut s = state(Locale::ChineseTraditional);
+        s.mode = Mode::PushToTalk;
+        s.cut = Some(Cut::After("巴黎是法國的首都".into()));
+        s.pending_confirmation = Some(Confirmation::Forget(
+            Locale::ChineseTraditional.forget_question("我的狗叫布魯諾。", 3),
+        ));
+        let history = [
+            rec(Role::User, "說說巴黎。", "2026-09-23T20:00:00+02:00"),
+            rec(
+                Role::Assistant,
+                "巴黎是法國的首都。",
+                "2026-09-23T20:00:05+02:00",
+            ),
+            rec(Role::User, "羅馬呢？", "2026-09-24T14:05:00+02:00"),
+        ];
+        let req = with_summary(
+            build_request(&history, String::new(), &s, "m", 100),
+            "稍早。",
+            Locale::ChineseTraditional,
+        );
+        let contents = self::tests::contents(&req);
+        assert_eq!(
+            contents[0].1,
+            "[先前對話的摘要]\n稍早。\n\n[9月23日 週三] 說說巴黎。"
+        );
+        assert_eq!(
+            contents[2].1,
+            "[9月24日 週四] [目前狀態｜程式提供，不是使用者說的話]\n\
+             當地時間：2026年9月24日 週四 14:05 (UTC+02:00)\n\
+             互動方式：語音，按鍵說話\n\
+             上一個回答：朗讀時在「巴黎是法國的首都」之後被打斷；使用者沒有聽到其餘部分\n\
+             等待使用者確認：忘記「我的狗叫布魯諾。」（事實 3）嗎？（如果這則訊息表示同意，就用這個 id 和 confirm: true 呼叫 forget_fact；否則保留這條事實）\n\
+             [目前狀態結束]\n\n羅馬呢？"
+        );
+        assert_eq!(strip_envelopes(&contents[2].1), "羅馬呢？");
+        // Not a character of the simplified envelopes is left in them.
+        let simplified = |c: char| "当态户说话结时间语键开区对见认这则讯储执".contains(c);
+        for (_, text) in &contents {
+            assert!(!text.chars().any(simplified), "{text}");
+        }
     }
 
     #[test]

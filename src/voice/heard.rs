@@ -43,13 +43,14 @@ pub struct HeardContext<'a> {
 
 // Each list holds every language's phrases (English, German, Chinese): a phrase of one is
 // never a sentence of another, and a user who mixes them is heard either way. Chinese is
-// compared character by character (see [`words`]).
+// compared character by character (see [`words`]), and written in either script: a phrase
+// whose simplified and traditional characters differ is listed in both.
 
 const FILLERS: &[&str] = &[
     "um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "ahh", "hmm", "hm", "mm", "mmm", "mhm",
     "uh-huh", "uhhuh", "huh", "oh", "eh", // English
     "äh", "ähm", "öh", "öhm", "äh-hm", // German
-    "嗯", "呃", "啊", "额", "唔", "哦", "噢", // Chinese
+    "嗯", "呃", "啊", "额", "額", "唔", "哦", "噢", // Chinese
 ];
 
 const STOPS: &[&str] = &[
@@ -112,6 +113,14 @@ const STOPS: &[&str] = &[
     "闭嘴",
     "够了",
     "好了别说了",
+    // Chinese, in traditional characters
+    "別說了",
+    "不要說了",
+    "不用說了",
+    "安靜",
+    "閉嘴",
+    "夠了",
+    "好了別說了",
 ];
 
 const GOODBYES: &[&str] = &[
@@ -168,6 +177,14 @@ const GOODBYES: &[&str] = &[
     "谢谢就这样",
     "好了谢谢",
     "没事了谢谢",
+    // Chinese, in traditional characters
+    "再見",
+    "回頭見",
+    "就這樣",
+    "就這些",
+    "謝謝就這樣",
+    "好了謝謝",
+    "沒事了謝謝",
 ];
 
 /// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept). Text
@@ -473,6 +490,40 @@ mod tests {
             Heard::Question,
             "only a wake conversation ends"
         );
+    }
+
+    #[test]
+    fn chinese_in_traditional_characters_is_heard_as_in_simplified() {
+        for stop in [
+            "別說了。",
+            "好了，別說了。",
+            "不要說了！",
+            "閉嘴。",
+            "夠了夠了。",
+            "安靜！",
+        ] {
+            assert_eq!(plain(stop), Heard::Stop, "{stop}");
+        }
+        for question in ["別說了這些，告訴我時間。", "明天台北的天氣怎麼樣？"]
+        {
+            assert_eq!(plain(question), Heard::Question, "{question}");
+        }
+        assert_eq!(plain("額……"), Heard::Filler);
+        let wake = HeardContext {
+            wake_conversation: true,
+            ..HeardContext::default()
+        };
+        for bye in ["再見！", "好了，謝謝。", "沒事了，謝謝。", "就這樣。"] {
+            assert_eq!(classify(bye, &wake), Heard::Goodbye, "{bye}");
+        }
+        // Its own voice, written back in the same characters, is echo.
+        let answers = vec!["台北明天晴，最高氣溫二十五度。".to_string()];
+        let speaking = HeardContext {
+            began_while_speaking: true,
+            recent_answers: &answers,
+            wake_conversation: false,
+        };
+        assert_eq!(classify("明天晴，最高氣溫", &speaking), Heard::Echo);
     }
 
     #[test]

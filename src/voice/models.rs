@@ -57,7 +57,9 @@ pub fn whisper_for(
     language: crate::config::Language,
 ) -> Result<Whisper, VoiceError> {
     let path = speech_model_path(models, voice, language)?;
-    Ok(Whisper::load(&path, voice.threads)?.hearing(language.whisper_code()))
+    Ok(Whisper::load(&path, voice.threads)?
+        .hearing(language.whisper_code())
+        .writing_traditional(language.resolved() == crate::config::Language::ZhHant))
 }
 
 /// [`whisper_for`], loaded the first time the microphone opens.
@@ -67,7 +69,9 @@ pub fn lazy_whisper_for(
     language: crate::config::Language,
 ) -> Result<LazyWhisper, VoiceError> {
     let path = speech_model_path(models, voice, language)?;
-    Ok(LazyWhisper::new(&path, voice.threads)?.hearing(language.whisper_code()))
+    Ok(LazyWhisper::new(&path, voice.threads)?
+        .hearing(language.whisper_code())
+        .writing_traditional(language.resolved() == crate::config::Language::ZhHant))
 }
 
 /// Loads the speech model.

@@ -79,6 +79,7 @@ pub struct LazyWhisper {
     path: std::path::PathBuf,
     threads: usize,
     language: &'static str,
+    traditional: bool,
     loaded: std::sync::OnceLock<Result<Whisper, String>>,
 }
 
@@ -95,6 +96,7 @@ impl LazyWhisper {
             path: path.to_path_buf(),
             threads,
             language: "en",
+            traditional: false,
             loaded: std::sync::OnceLock::new(),
         })
     }
@@ -106,11 +108,21 @@ impl LazyWhisper {
         self
     }
 
+    /// This Whisper writing Chinese in traditional characters, or not (see
+    /// [`Whisper::writing_traditional`]).
+    pub fn writing_traditional(mut self, traditional: bool) -> LazyWhisper {
+        self.traditional = traditional;
+        self
+    }
+
     fn get(&self) -> Result<&Whisper, VoiceError> {
         self.loaded
             .get_or_init(|| {
                 Whisper::load(&self.path, self.threads)
-                    .map(|w| w.hearing(self.language))
+                    .map(|w| {
+                        w.hearing(self.language)
+                            .writing_traditional(self.traditional)
+                    })
                     .map_err(|e| e.to_string())
             })
             .as_ref()
@@ -148,9 +160,12 @@ pub struct Whisper {
     /// Whether a decoding is stopped at what a person could have said (off only for the
     /// benchmark's baseline).
     token_cap: bool,
-    /// Whether Chinese is prompted in simplified characters (off only for the benchmark's
+    /// Whether Chinese is kept to the characters it is to be written in: prompted in them, and
+    /// what whisper still writes in the others converted (off only for the benchmark's
     /// baseline).
     prompted: bool,
+    /// Whether Chinese is written in traditional characters rather than simplified.
+    traditional: bool,
 }
 
 static LOG_HOOKS: Once = Once::new();
@@ -336,6 +351,7 @@ impl Whisper {
             safeguards: true,
             token_cap: true,
             prompted: true,
+            traditional: false,
         })
     }
 
@@ -351,6 +367,24 @@ impl Whisper {
     pub fn without_safeguards(mut self) -> Whisper {
         self.safeguards = false;
         self
+    }
+
+    /// This Whisper writing Chinese in traditional characters (as Taiwan, Hong Kong and Macau
+    /// write it), or in simplified ones: prompted with a sentence in them (whisper writes
+    /// either as it guesses, unprompted).
+    pub fn writing_traditional(mut self, traditional: bool) -> Whisper {
+        self.traditional = traditional;
+        self
+    }
+
+    /// The sentence Chinese is prompted with, if this Whisper prompts.
+    fn prompt(&self) -> Option<&'static str> {
+        let chinese = !self.english_only && self.language == "zh";
+        match (self.prompted && chinese, self.traditional) {
+            (false, _) => None,
+            (true, false) => Some(SIMPLIFIED_PROMPT),
+            (true, true) => Some(TRADITIONAL_PROMPT),
+        }
     }
 
     /// Whisper hearing Chinese unprompted, as before the prompt (the benchmark's baseline).
@@ -381,14 +415,45 @@ fn text_of(bytes: &[u8]) -> String {
 
 /// What whisper is told it heard before, in Chinese: "what follows are sentences in Mandarin."
 const SIMPLIFIED_PROMPT: &str = "以下是普通话的句子。";
+/// The same in traditional characters.
+const TRADITIONAL_PROMPT: &str = "以下是普通話的句子。";
 
-/// `text` without the prompt whisper was given, where it wrote that back instead of (or before)
+/// `text` with its Chinese in the user's characters. Prompted in one script, whisper still writes
+/// words of a clip it is unsure of in the other ("你恩貪我寫一份有天馬。" under the simplified
+/// prompt, from espeak-ng's "你能帮我写一封邮件吗？"), so they are converted character by character
+/// with OpenCC's tables: to simplified, or to traditional as Taiwan writes it. The user's own
+/// words are never rephrased (no phrase tables: "软件" stays, not "軟體"). The tables load on
+/// the first Chinese transcript (~3 ms); if they cannot, the text is left as whisper wrote it.
+fn in_script(text: &str, traditional: bool) -> String {
+    use ferrous_opencc::{config::BuiltinConfig, OpenCC};
+    use std::sync::LazyLock;
+    fn load(config: BuiltinConfig) -> Option<OpenCC> {
+        OpenCC::from_config(config)
+            .inspect_err(|e| {
+                tracing::warn!("Chinese characters are left as whisper wrote them: {e}")
+            })
+            .ok()
+    }
+    static TO_SIMPLIFIED: LazyLock<Option<OpenCC>> = LazyLock::new(|| load(BuiltinConfig::T2s));
+    static TO_TRADITIONAL: LazyLock<Option<OpenCC>> = LazyLock::new(|| load(BuiltinConfig::S2tw));
+    let converter = if traditional {
+        &TO_TRADITIONAL
+    } else {
+        &TO_SIMPLIFIED
+    };
+    match converter.as_ref() {
+        Some(opencc) => opencc.convert(text),
+        None => text.to_string(),
+    }
+}
+
+/// `text` without the `prompt` whisper was given, where it wrote that back instead of (or before)
 /// what it heard — as it does on a clip it cannot follow ("以下是普通话的句子。" for "谁写了红楼
 /// 梦？" in `cargo bench --bench language`). Nothing is left where the transcript is most of the
 /// prompt alone (six of its nine characters or more, as "普通话的句子"); a few of its words said
 /// on their own ("普通话", "句子") are the user's.
-fn without_prompt(text: &str) -> String {
-    let sentence = SIMPLIFIED_PROMPT.trim_end_matches('。');
+fn without_prompt(text: &str, prompt: &str) -> String {
+    let sentence = prompt.trim_end_matches('。');
     let words = |t: &str| -> String { t.chars().filter(|c| c.is_alphanumeric()).collect() };
     let all = words(text);
     if all.chars().count() >= 6 && sentence.contains(&all) {
@@ -461,8 +526,8 @@ impl Whisper {
         }
         tracing::trace!(tokens = decoded.tokens, "transcribed");
         let mut text = collapse_repeats(decoded.text.trim());
-        if self.prompted && !self.english_only && self.language == "zh" {
-            text = without_prompt(&text);
+        if let Some(prompt) = self.prompt() {
+            text = in_script(&without_prompt(&text, prompt), self.traditional);
         }
         Ok(Transcript {
             text,
@@ -536,11 +601,11 @@ impl Whisper {
         } else {
             self.language
         }));
-        if self.prompted && !self.english_only && self.language == "zh" {
+        if let Some(prompt) = self.prompt() {
             // Whisper writes Chinese in traditional or simplified characters as it guesses;
-            // a prompt in simplified Mandarin (whisper's own convention for it) keeps it to
-            // the simplified characters the request and the phrases are written in.
-            params.set_initial_prompt(SIMPLIFIED_PROMPT);
+            // a prompt in the user's characters (whisper's own convention for them) keeps it
+            // to those.
+            params.set_initial_prompt(prompt);
         }
         state
             .full(params, audio)
@@ -667,7 +732,7 @@ mod tests {
 
     #[test]
     fn the_prompt_written_back_is_not_taken_for_words() {
-        use super::without_prompt;
+        let without_prompt = |text| super::without_prompt(text, super::SIMPLIFIED_PROMPT);
         assert_eq!(without_prompt("以下是普通话的句子。"), "");
         assert_eq!(without_prompt("普通话的句子。"), "");
         assert_eq!(without_prompt("《以下是普通话的句子》"), "");
@@ -689,6 +754,42 @@ mod tests {
             "“你好”",
             "(音乐)",
         ] {
+            assert_eq!(without_prompt(said), said);
+        }
+    }
+
+    #[test]
+    fn chinese_is_written_in_the_users_characters_whatever_whisper_mixed() {
+        use super::in_script;
+        assert_eq!(
+            in_script("你恩貪我寫一份有天馬。", false),
+            "你恩贪我写一份有天马。"
+        );
+        assert_eq!(in_script("这里的天气怎么样？", true), "這裡的天氣怎麼樣？");
+        assert_eq!(
+            in_script("當我查一下明天的日程。", false),
+            "当我查一下明天的日程。"
+        );
+        // Character by character: the user's words are not rephrased; what is not Chinese is
+        // left as it is.
+        assert_eq!(in_script("软件", true), "軟件");
+        assert_eq!(
+            in_script("打开 Wi-Fi 设置，OK?", true),
+            "打開 Wi-Fi 設置，OK?"
+        );
+        assert_eq!(in_script("Hör auf.", false), "Hör auf.");
+    }
+
+    #[test]
+    fn the_traditional_prompt_written_back_is_not_taken_for_words_either() {
+        let without_prompt = |text| super::without_prompt(text, super::TRADITIONAL_PROMPT);
+        assert_eq!(without_prompt("以下是普通話的句子。"), "");
+        assert_eq!(without_prompt("普通話的句子。"), "");
+        assert_eq!(
+            without_prompt("以下是普通話的句子。現在幾點？"),
+            "現在幾點？"
+        );
+        for said in ["現在幾點？", "普通話。", "是普通話嗎？"] {
             assert_eq!(without_prompt(said), said);
         }
     }

@@ -267,7 +267,7 @@ export type Theme = "system" | "light" | "dark";
 export type SpeechModel = "tiny_en" | "base";
 
 /** The user's language. */
-export type Language = "auto" | "en" | "de" | "zh";
+export type Language = "auto" | "en" | "de" | "zh" | "zh-hant";
 
 /** Who speaks Jarvis's replies. */
 export type TtsEngine = "piper" | "espeak";
