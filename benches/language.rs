@@ -5,8 +5,11 @@
 //! heard before issue 29's second step (espeak-ng's plain `cmn` voice, which reads its pinyin as
 //! English, and whisper unprompted) and with the voice fixed but unprompted.
 //!
+//! Chinese in traditional characters: the same sentences as Taiwan writes them (OpenCC's
+//! tables), said by the same voices, heard by whisper set to write them.
+//!
 //! Run: `cargo bench --bench language` (the models of `scripts/models voice` and `scripts/models
-//! base`). `-- show` prints each transcript.
+//! base`). `-- show` prints each transcript; `-- chinese` measures Chinese only.
 
 use std::path::PathBuf;
 
@@ -178,6 +181,7 @@ fn error_rate_in(
 
 fn main() {
     let show = std::env::args().any(|a| a == "show");
+    let only_chinese = std::env::args().any(|a| a == "chinese");
     let models = model_dir();
     let load = |model: SpeechModel| {
         Whisper::load(&models::speech_model_file(&models, model), 2)
@@ -185,6 +189,13 @@ fn main() {
     };
     println!("| language, model | voices (espeak-ng) | error rate | real-time factor |");
     println!("|---|---|---|---|");
+    if !only_chinese {
+        english_and_german(&load, show);
+    }
+    chinese(&load, show);
+}
+
+fn english_and_german(load: &dyn Fn(SpeechModel) -> Whisper, show: bool) {
     let tiny = load(SpeechModel::TinyEn);
     error_rate(
         "English, Whisper tiny.en (the English default)",
@@ -213,6 +224,9 @@ fn main() {
         false,
         show,
     );
+}
+
+fn chinese(load: &dyn Fn(SpeechModel) -> Whisper, show: bool) {
     let chinese = Language::Zh;
     let zh = [chinese.espeak_voice(), "cmn-latn-pinyin+f3"];
     error_rate_in(
@@ -233,10 +247,50 @@ fn main() {
         show,
     );
     error_rate(
-        "Chinese, the pinyin voice, whisper prompted in simplified characters (what ships)",
+        "Chinese, the pinyin voice, whisper prompted in simplified characters, not converted \
+         (before 2026-12-06)",
+        &load(SpeechModel::Base)
+            .hearing(chinese.whisper_code())
+            .without_conversion(),
+        &zh,
+        &CHINESE,
+        true,
+        show,
+    );
+    error_rate(
+        "Chinese, the pinyin voice, whisper prompted in simplified characters, the other script \
+         converted (what ships)",
         &load(SpeechModel::Base).hearing(chinese.whisper_code()),
         &zh,
         &CHINESE,
+        true,
+        show,
+    );
+    let to_traditional =
+        ferrous_opencc::OpenCC::from_config(ferrous_opencc::config::BuiltinConfig::S2tw)
+            .expect("OpenCC's tables");
+    let traditional: Vec<String> = CHINESE.iter().map(|s| to_traditional.convert(s)).collect();
+    let traditional: Vec<&str> = traditional.iter().map(String::as_str).collect();
+    let hant = Language::ZhHant;
+    let traditional_whisper = || {
+        load(SpeechModel::Base)
+            .hearing(hant.whisper_code())
+            .writing_traditional(true)
+    };
+    error_rate(
+        "Chinese in traditional characters, the same voices, whisper prompted in them, not \
+         converted",
+        &traditional_whisper().without_conversion(),
+        &[hant.espeak_voice(), "cmn-latn-pinyin+f3"],
+        &traditional,
+        true,
+        show,
+    );
+    error_rate(
+        "Chinese in traditional characters, the other script converted (what ships for zh-hant)",
+        &traditional_whisper(),
+        &[hant.espeak_voice(), "cmn-latn-pinyin+f3"],
+        &traditional,
         true,
         show,
     );

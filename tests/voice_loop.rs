@@ -1622,13 +1622,10 @@ const SCRIPTS_APART: [(char, char); 9] = [
 ];
 
 /// `questions` said by `jarvis say` and heard by `jarvis listen` with the settings for Chinese
-/// written as `language` says (`zh`, `zh-hant`), each followed by 1.8 s of quiet: one JSON line
-/// for each, and all of them as printed.
-async fn heard_in_chinese(
-    dir: &Dir,
-    language: &str,
-    questions: &[&str],
-) -> (Vec<serde_json::Value>, String) {
+/// written as `language` says (`zh`, `zh-hant`), each followed by 1.8 s of quiet: each must be
+/// heard as a question, in Chinese characters, with at most 80 % of them wrong. What
+/// `jarvis listen` printed.
+async fn heard_in_chinese(dir: &Dir, language: &str, questions: &[&str]) -> String {
     std::fs::write(
         dir.path().join("settings.toml"),
         format!("[general]\nlanguage = \"{language}\"\n\n[voice]\nthreads = 1\n"),
@@ -1652,7 +1649,27 @@ async fn heard_in_chinese(
     let wav = dir.path().join("zhongwen.wav");
     let (heard, out) = listened(dir, &wav, &session).await;
     assert_eq!(heard.len(), questions.len(), "{out}");
-    (heard, out)
+    let (mut wrong, mut total) = (0, 0);
+    for (question, utterance) in questions.iter().zip(&heard) {
+        assert_eq!(utterance["heard"], "question", "{out}");
+        let text = utterance["text"].as_str().unwrap();
+        // Written in Chinese characters, not in Latin letters: espeak-ng's plain Mandarin
+        // voice read its pinyin as English, and whisper wrote English words ("Mink 2 T1").
+        let letters = text.chars().filter(|c| c.is_alphanumeric()).count();
+        assert!(
+            han(text).len() * 10 >= letters * 9 && !han(text).is_empty(),
+            "not written in characters: {out}"
+        );
+        wrong += fixtures::edits(&han(question), &han(text));
+        total += han(question).len();
+    }
+    // Whisper base on espeak-ng's formant Mandarin gets many characters wrong (BENCHMARKS.md,
+    // "in the user's language": about two in three); a voice it cannot follow, all of them.
+    assert!(
+        wrong * 10 <= total * 8,
+        "{wrong} of {total} characters wrong: {out}"
+    );
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1664,16 +1681,17 @@ async fn in_traditional_chinese_what_is_heard_is_written_in_traditional_characte
         "台北離高雄有多遠？",
         "這裡的天氣怎麼樣？",
     ];
-    let (heard, out) = heard_in_chinese(&dir, "zh-hant", &questions).await;
-    let text: String = heard.iter().map(|u| u["text"].as_str().unwrap()).collect();
+    let out = heard_in_chinese(&dir, "zh-hant", &questions).await;
+    // Written as the setting asks: the characters that tell the scripts apart, in traditional
+    // ones only.
     let (simplified, traditional): (Vec<char>, Vec<char>) = SCRIPTS_APART.iter().copied().unzip();
     assert!(
-        !text.chars().any(|c| simplified.contains(&c)),
+        !out.chars().any(|c| simplified.contains(&c)),
         "written in simplified characters: {out}"
     );
     assert!(
-        text.chars().filter(|c| traditional.contains(c)).count() >= 3,
-        "not written in traditional characters: {out}"
+        out.chars().any(|c| traditional.contains(&c)),
+        "not one character written in traditional characters: {out}"
     );
 }
 
@@ -1719,27 +1737,7 @@ async fn in_chinese_jarvis_speaks_mandarin_that_whisper_writes_back_in_character
         "上海离北京有多远？",
         "帮我查一下明天的日程。",
     ];
-    let (heard, out) = heard_in_chinese(&dir, "zh", &questions).await;
-    let (mut wrong, mut total) = (0, 0);
-    for (question, utterance) in questions.iter().zip(&heard) {
-        assert_eq!(utterance["heard"], "question", "{out}");
-        let text = utterance["text"].as_str().unwrap();
-        // Written in Chinese characters, not in Latin letters: espeak-ng's plain Mandarin
-        // voice read its pinyin as English, and whisper wrote English words ("Mink 2 T1").
-        let letters = text.chars().filter(|c| c.is_alphanumeric()).count();
-        assert!(
-            han(text).len() * 10 >= letters * 9 && !han(text).is_empty(),
-            "not written in characters: {out}"
-        );
-        wrong += fixtures::edits(&han(question), &han(text));
-        total += han(question).len();
-    }
-    // Whisper base on espeak-ng's formant Mandarin gets many characters wrong (BENCHMARKS.md,
-    // "in the user's language": about two in three); a voice it cannot follow, all of them.
-    assert!(
-        wrong * 10 <= total * 8,
-        "{wrong} of {total} characters wrong: {out}"
-    );
+    let out = heard_in_chinese(&dir, "zh", &questions).await;
     // In the simplified characters the setting asks for.
     let traditional: Vec<char> = SCRIPTS_APART.iter().map(|(_, t)| *t).collect();
     assert!(

@@ -628,7 +628,16 @@ pub enum Language {
     Zh,
     /// Chinese, written in traditional characters (Taiwan's, Hong Kong's and Macau's): what it
     /// hears is written, and what it writes around the user's words reads, as they write.
-    #[serde(rename = "zh-hant", alias = "zh-tw", alias = "zh-hk")]
+    #[serde(
+        rename = "zh-hant",
+        alias = "zh-Hant",
+        alias = "zh-tw",
+        alias = "zh-TW",
+        alias = "zh_TW",
+        alias = "zh-hk",
+        alias = "zh-HK",
+        alias = "zh_HK"
+    )]
     ZhHant,
 }
 
@@ -675,7 +684,8 @@ impl Language {
 
     /// The language a locale or language tag names (`de`, `de_AT.UTF-8`, `zh-Hans`, `zh_TW`),
     /// if it is one of Jarvis's. Chinese is traditional where the tag names that script
-    /// (`zh-Hant`) or a place that writes it (Taiwan, Hong Kong, Macau), simplified otherwise.
+    /// (`zh-Hant`) or a place that writes it (Taiwan, Hong Kong, Macau) and not the other script
+    /// (`zh-Hans-HK`), simplified otherwise.
     pub fn of_tag(tag: &str) -> Option<Language> {
         let tag = tag.trim().to_ascii_lowercase();
         let mut parts = tag
@@ -686,10 +696,18 @@ impl Language {
         match parts.next().unwrap_or_default() {
             "en" => Some(Language::En),
             "de" => Some(Language::De),
-            "zh" if parts.any(|p| matches!(p, "hant" | "tw" | "hk" | "mo")) => {
-                Some(Language::ZhHant)
+            "zh" => {
+                let rest: Vec<&str> = parts.collect();
+                let traditional = !rest.contains(&"hans")
+                    && rest
+                        .iter()
+                        .any(|p| matches!(*p, "hant" | "tw" | "hk" | "mo"));
+                Some(if traditional {
+                    Language::ZhHant
+                } else {
+                    Language::Zh
+                })
             }
-            "zh" => Some(Language::Zh),
             _ => None,
         }
     }

@@ -93,7 +93,7 @@ impl Locale {
             Locale::ChineseTraditional => Some(format!(
                 "本對話中程式的標註用中文：{open} …… {close} 是狀態區塊，{outside} …… \
                  {outside_close} 標出外部內容，{summary} 是先前對話的摘要。它們來自程式，不是使用者\
-                 說的話；不要複述。"
+                 說的話；不要複述。使用者寫繁體字：用中文回答時請用繁體字。"
             )),
         }
     }
@@ -436,12 +436,58 @@ mod tests {
         );
     }
 
+    /// Every line the app writes for a user of traditional characters, in those characters only:
+    /// OpenCC's conversion to Taiwan's characters leaves each as it is.
+    #[test]
+    fn the_traditional_lines_have_no_simplified_character_in_them() {
+        use super::super::{Confirmation, Cut, Mode};
+        let t = Locale::ChineseTraditional;
+        let now = chrono::DateTime::parse_from_rfc3339("2026-09-24T14:05:00+02:00").unwrap();
+        let mut lines = vec![
+            t.envelope_note().unwrap(),
+            t.day_line(now.date_naive()),
+            t.time_line(now),
+            t.summary_open().to_string(),
+            t.running_line(2),
+            t.forget_question("x", 3),
+            t.remember_question("x"),
+            t.tool_question("read", "files", &["path a".into(), "limit 1".into()], 300),
+            t.tool_question("read", "files", &[], 300),
+        ];
+        let (open, close) = t.state_marks();
+        let (outside, outside_close) = t.outside_marks();
+        lines.extend([open, close, outside, outside_close].map(String::from));
+        for mode in [Mode::Typed, Mode::PushToTalk, Mode::HandsFree, Mode::Wake] {
+            lines.push(t.mode_line(mode));
+        }
+        for cut in [Cut::After("x".into()), Cut::BeforeAnyWord, Cut::NoAnswer] {
+            lines.push(t.cut_line(&cut));
+        }
+        for pending in [
+            Confirmation::Forget("x".into()),
+            Confirmation::Remember("x".into()),
+            Confirmation::Tool {
+                question: "x".into(),
+                name: "read".into(),
+            },
+        ] {
+            lines.push(t.confirmation_line(&pending));
+        }
+        let to_traditional =
+            ferrous_opencc::OpenCC::from_config(ferrous_opencc::config::BuiltinConfig::S2tw)
+                .unwrap();
+        for line in lines {
+            assert_eq!(to_traditional.convert(&line), line);
+        }
+    }
+
     #[test]
     fn the_language_comes_from_the_setting_or_a_locale_tag() {
         assert_eq!(Language::of_tag("de_DE.UTF-8"), Some(Language::De));
         assert_eq!(Language::of_tag("zh_CN.UTF-8"), Some(Language::Zh));
         assert_eq!(Language::of_tag("zh-Hans"), Some(Language::Zh));
         assert_eq!(Language::of_tag("zh_SG.UTF-8"), Some(Language::Zh));
+        assert_eq!(Language::of_tag("zh-Hans-HK"), Some(Language::Zh));
         // Where Chinese is written in traditional characters.
         for tag in [
             "zh_TW.UTF-8",
@@ -470,7 +516,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(settings.general.language, Language::Zh);
-        for written in ["zh-hant", "zh-tw", "zh-hk"] {
+        for written in [
+            "zh-hant", "zh-Hant", "zh-tw", "zh-TW", "zh_TW", "zh-hk", "zh_HK",
+        ] {
             let settings = crate::config::Settings::parse(
                 &format!("[general]\nlanguage = \"{written}\"\n"),
                 std::path::Path::new("settings.toml"),

@@ -43,14 +43,14 @@ pub struct HeardContext<'a> {
 
 // Each list holds every language's phrases (English, German, Chinese): a phrase of one is
 // never a sentence of another, and a user who mixes them is heard either way. Chinese is
-// compared character by character (see [`words`]), and written in either script: a phrase
-// whose simplified and traditional characters differ is listed in both.
+// compared character by character (see [`words`]), in simplified characters: words written in
+// traditional ones are compared as the same words in simplified.
 
 const FILLERS: &[&str] = &[
     "um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "ahh", "hmm", "hm", "mm", "mmm", "mhm",
     "uh-huh", "uhhuh", "huh", "oh", "eh", // English
     "äh", "ähm", "öh", "öhm", "äh-hm", // German
-    "嗯", "呃", "啊", "额", "額", "唔", "哦", "噢", // Chinese
+    "嗯", "呃", "啊", "额", "唔", "哦", "噢", // Chinese
 ];
 
 const STOPS: &[&str] = &[
@@ -113,14 +113,8 @@ const STOPS: &[&str] = &[
     "闭嘴",
     "够了",
     "好了别说了",
-    // Chinese, in traditional characters
-    "別說了",
-    "不要說了",
-    "不用說了",
-    "安靜",
-    "閉嘴",
-    "夠了",
-    "好了別說了",
+    "别讲了",
+    "不要讲了",
 ];
 
 const GOODBYES: &[&str] = &[
@@ -177,59 +171,54 @@ const GOODBYES: &[&str] = &[
     "谢谢就这样",
     "好了谢谢",
     "没事了谢谢",
-    // Chinese, in traditional characters
-    "再見",
-    "回頭見",
-    "就這樣",
-    "就這些",
-    "謝謝就這樣",
-    "好了謝謝",
-    "沒事了謝謝",
+    "掰掰",
 ];
 
 /// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept). Text
 /// written without spaces (Chinese, Japanese) counts each of its characters as a word, so that
-/// phrases, repetitions and echoes are compared alike in every language.
+/// phrases, repetitions and echoes are compared alike in every language; Chinese in simplified
+/// characters, whichever it was written in.
 pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| {
-        c.is_whitespace()
-            || matches!(
-                c,
-                ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…' | '„' | '“' | '”' | '«' | '»'
-            )
-            || is_cjk_punctuation(c)
-    })
-    .flat_map(|w| {
-        let w = w
-            .trim_matches(|c: char| !c.is_alphanumeric())
-            .to_lowercase()
-            .replace('’', "'");
-        if w.chars().any(is_unspaced) {
-            // Each character of unspaced script on its own; a Latin run inside stays whole.
-            let mut out: Vec<String> = Vec::new();
-            let mut run = String::new();
-            for c in w.chars() {
-                if is_unspaced(c) {
-                    if !run.is_empty() {
+    super::script::comparable(text)
+        .split(|c: char| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…' | '„' | '“' | '”' | '«' | '»'
+                )
+                || is_cjk_punctuation(c)
+        })
+        .flat_map(|w| {
+            let w = w
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+                .replace('’', "'");
+            if w.chars().any(is_unspaced) {
+                // Each character of unspaced script on its own; a Latin run inside stays whole.
+                let mut out: Vec<String> = Vec::new();
+                let mut run = String::new();
+                for c in w.chars() {
+                    if is_unspaced(c) {
+                        if !run.is_empty() {
+                            out.push(std::mem::take(&mut run));
+                        }
+                        out.push(c.to_string());
+                    } else if c.is_alphanumeric() || c == '\'' || c == '-' {
+                        run.push(c);
+                    } else if !run.is_empty() {
                         out.push(std::mem::take(&mut run));
                     }
-                    out.push(c.to_string());
-                } else if c.is_alphanumeric() || c == '\'' || c == '-' {
-                    run.push(c);
-                } else if !run.is_empty() {
-                    out.push(std::mem::take(&mut run));
                 }
+                if !run.is_empty() {
+                    out.push(run);
+                }
+                out
+            } else {
+                vec![w]
             }
-            if !run.is_empty() {
-                out.push(run);
-            }
-            out
-        } else {
-            vec![w]
-        }
-    })
-    .filter(|w| !w.is_empty())
-    .collect()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
 }
 
 /// A character of a script written without spaces between words (CJK ideographs, kana).
@@ -516,12 +505,24 @@ mod tests {
         for bye in ["再見！", "好了，謝謝。", "沒事了，謝謝。", "就這樣。"] {
             assert_eq!(classify(bye, &wake), Heard::Goodbye, "{bye}");
         }
-        // Its own voice, written back in the same characters, is echo.
+        assert_eq!(
+            plain("掰掰"),
+            Heard::Question,
+            "only a wake conversation ends"
+        );
+        // Its own voice is echo, written back in either script.
         let answers = vec!["台北明天晴，最高氣溫二十五度。".to_string()];
         let speaking = HeardContext {
             began_while_speaking: true,
             recent_answers: &answers,
             wake_conversation: false,
+        };
+        assert_eq!(classify("明天晴，最高氣溫", &speaking), Heard::Echo);
+        assert_eq!(classify("明天晴，最高气温", &speaking), Heard::Echo);
+        let answers = vec!["台北明天晴，最高气温二十五度。".to_string()];
+        let speaking = HeardContext {
+            recent_answers: &answers,
+            ..speaking
         };
         assert_eq!(classify("明天晴，最高氣溫", &speaking), Heard::Echo);
     }

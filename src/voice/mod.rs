@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod piper;
 #[cfg(any(test, feature = "test-support"))]
 pub mod pulse;
+pub mod script;
 pub mod silero;
 pub mod speak;
 pub mod stt;

@@ -166,6 +166,9 @@ pub struct Whisper {
     prompted: bool,
     /// Whether Chinese is written in traditional characters rather than simplified.
     traditional: bool,
+    /// Whether what whisper wrote in the other script is converted (off only for the
+    /// benchmark's baseline).
+    converted: bool,
 }
 
 static LOG_HOOKS: Once = Once::new();
@@ -352,6 +355,7 @@ impl Whisper {
             token_cap: true,
             prompted: true,
             traditional: false,
+            converted: true,
         })
     }
 
@@ -387,6 +391,13 @@ impl Whisper {
         }
     }
 
+    /// Whisper hearing Chinese prompted, as written, not converted to one script (the
+    /// benchmark's baseline, as before the conversion).
+    pub fn without_conversion(mut self) -> Whisper {
+        self.converted = false;
+        self
+    }
+
     /// Whisper hearing Chinese unprompted, as before the prompt (the benchmark's baseline).
     pub fn without_prompt(mut self) -> Whisper {
         self.prompted = false;
@@ -417,35 +428,6 @@ fn text_of(bytes: &[u8]) -> String {
 const SIMPLIFIED_PROMPT: &str = "以下是普通话的句子。";
 /// The same in traditional characters.
 const TRADITIONAL_PROMPT: &str = "以下是普通話的句子。";
-
-/// `text` with its Chinese in the user's characters. Prompted in one script, whisper still writes
-/// words of a clip it is unsure of in the other ("你恩貪我寫一份有天馬。" under the simplified
-/// prompt, from espeak-ng's "你能帮我写一封邮件吗？"), so they are converted character by character
-/// with OpenCC's tables: to simplified, or to traditional as Taiwan writes it. The user's own
-/// words are never rephrased (no phrase tables: "软件" stays, not "軟體"). The tables load on
-/// the first Chinese transcript (~3 ms); if they cannot, the text is left as whisper wrote it.
-fn in_script(text: &str, traditional: bool) -> String {
-    use ferrous_opencc::{config::BuiltinConfig, OpenCC};
-    use std::sync::LazyLock;
-    fn load(config: BuiltinConfig) -> Option<OpenCC> {
-        OpenCC::from_config(config)
-            .inspect_err(|e| {
-                tracing::warn!("Chinese characters are left as whisper wrote them: {e}")
-            })
-            .ok()
-    }
-    static TO_SIMPLIFIED: LazyLock<Option<OpenCC>> = LazyLock::new(|| load(BuiltinConfig::T2s));
-    static TO_TRADITIONAL: LazyLock<Option<OpenCC>> = LazyLock::new(|| load(BuiltinConfig::S2tw));
-    let converter = if traditional {
-        &TO_TRADITIONAL
-    } else {
-        &TO_SIMPLIFIED
-    };
-    match converter.as_ref() {
-        Some(opencc) => opencc.convert(text),
-        None => text.to_string(),
-    }
-}
 
 /// `text` without the `prompt` whisper was given, where it wrote that back instead of (or before)
 /// what it heard — as it does on a clip it cannot follow ("以下是普通话的句子。" for "谁写了红楼
@@ -525,9 +507,16 @@ impl Whisper {
             decoded = self.decode(state, &audio, audio_ctx, None)?;
         }
         tracing::trace!(tokens = decoded.tokens, "transcribed");
-        let mut text = collapse_repeats(decoded.text.trim());
+        let text = decoded.text.trim();
+        // Chinese in the user's characters first, so that a sentence repeated in both scripts,
+        // or the prompt written back in the other, is known for what it is.
+        let text = match self.prompt() {
+            Some(_) if self.converted => super::script::in_script(text, self.traditional),
+            _ => text.to_string(),
+        };
+        let mut text = collapse_repeats(&text);
         if let Some(prompt) = self.prompt() {
-            text = in_script(&without_prompt(&text, prompt), self.traditional);
+            text = without_prompt(&text, prompt);
         }
         Ok(Transcript {
             text,
@@ -756,28 +745,6 @@ mod tests {
         ] {
             assert_eq!(without_prompt(said), said);
         }
-    }
-
-    #[test]
-    fn chinese_is_written_in_the_users_characters_whatever_whisper_mixed() {
-        use super::in_script;
-        assert_eq!(
-            in_script("你恩貪我寫一份有天馬。", false),
-            "你恩贪我写一份有天马。"
-        );
-        assert_eq!(in_script("这里的天气怎么样？", true), "這裡的天氣怎麼樣？");
-        assert_eq!(
-            in_script("當我查一下明天的日程。", false),
-            "当我查一下明天的日程。"
-        );
-        // Character by character: the user's words are not rephrased; what is not Chinese is
-        // left as it is.
-        assert_eq!(in_script("软件", true), "軟件");
-        assert_eq!(
-            in_script("打开 Wi-Fi 设置，OK?", true),
-            "打開 Wi-Fi 設置，OK?"
-        );
-        assert_eq!(in_script("Hör auf.", false), "Hör auf.");
     }
 
     #[test]
