@@ -14,7 +14,9 @@
 use std::path::PathBuf;
 
 use jarvis::config::{Config, Language, SpeechModel};
-use jarvis::voice::{fixtures, models, Espeak, Synthesizer, Transcriber, Whisper, SAMPLE_RATE};
+use jarvis::voice::{
+    fixtures, models, script, Espeak, Synthesizer, Transcriber, Whisper, SAMPLE_RATE,
+};
 
 const ENGLISH: [&str; 20] = [
     "What is the weather like in Berlin tomorrow?",
@@ -146,6 +148,8 @@ fn error_rate_in(
     espeak: fn(&str, u32) -> Espeak,
 ) {
     let (mut wrong, mut total, mut seconds, mut spoken) = (0, 0, 0.0, 0.0);
+    // Characters written in one script only: traditional, simplified.
+    let (mut traditional, mut simplified) = (0, 0);
     for voice in voices {
         let espeak = espeak(voice, 175);
         for sentence in sentences {
@@ -161,6 +165,10 @@ fn error_rate_in(
             let e = fixtures::edits(&want, &got);
             wrong += e;
             total += want.len();
+            for c in heard.text.chars().map(String::from) {
+                traditional += usize::from(script::in_script(&c, false) != c);
+                simplified += usize::from(script::in_script(&c, true) != c);
+            }
             if show {
                 println!(
                     "  {e:>2}/{:<2} [{voice}] {sentence} → {}",
@@ -171,10 +179,15 @@ fn error_rate_in(
         }
     }
     println!(
-        "| {name} | {} | **{:.1} %** ({wrong} of {total} {}) | {:.3} |",
+        "| {name} | {} | **{:.1} %** ({wrong} of {total} {}) | {} | {:.3} |",
         voices.join(", "),
         100.0 * wrong as f64 / total as f64,
         if characters { "characters" } else { "words" },
+        if characters {
+            format!("{traditional} / {simplified}")
+        } else {
+            "–".to_string()
+        },
         seconds / spoken
     );
 }
@@ -187,8 +200,11 @@ fn main() {
         Whisper::load(&models::speech_model_file(&models, model), 2)
             .unwrap_or_else(|e| panic!("{e} (scripts/models voice and scripts/models base)"))
     };
-    println!("| language, model | voices (espeak-ng) | error rate | real-time factor |");
-    println!("|---|---|---|---|");
+    println!(
+        "| language, model | voices (espeak-ng) | error rate | characters in traditional / \
+         simplified only | real-time factor |"
+    );
+    println!("|---|---|---|---|---|");
     if !only_chinese {
         english_and_german(&load, show);
     }

@@ -179,46 +179,50 @@ const GOODBYES: &[&str] = &[
 /// phrases, repetitions and echoes are compared alike in every language; Chinese in simplified
 /// characters, whichever it was written in.
 pub fn words(text: &str) -> Vec<String> {
-    super::script::comparable(text)
-        .split(|c: char| {
-            c.is_whitespace()
-                || matches!(
-                    c,
-                    ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…' | '„' | '“' | '”' | '«' | '»'
-                )
-                || is_cjk_punctuation(c)
-        })
-        .flat_map(|w| {
-            let w = w
-                .trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-                .replace('’', "'");
-            if w.chars().any(is_unspaced) {
-                // Each character of unspaced script on its own; a Latin run inside stays whole.
-                let mut out: Vec<String> = Vec::new();
-                let mut run = String::new();
-                for c in w.chars() {
-                    if is_unspaced(c) {
-                        if !run.is_empty() {
-                            out.push(std::mem::take(&mut run));
-                        }
-                        out.push(c.to_string());
-                    } else if c.is_alphanumeric() || c == '\'' || c == '-' {
-                        run.push(c);
-                    } else if !run.is_empty() {
+    words_as_written(&super::script::comparable(text))
+}
+
+/// [`words`], Chinese left in the characters it is written in (the phrase lists', simplified).
+fn words_as_written(text: &str) -> Vec<String> {
+    text.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                ',' | '.' | '!' | '?' | ';' | ':' | '"' | '…' | '„' | '“' | '”' | '«' | '»'
+            )
+            || is_cjk_punctuation(c)
+    })
+    .flat_map(|w| {
+        let w = w
+            .trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+            .replace('’', "'");
+        if w.chars().any(is_unspaced) {
+            // Each character of unspaced script on its own; a Latin run inside stays whole.
+            let mut out: Vec<String> = Vec::new();
+            let mut run = String::new();
+            for c in w.chars() {
+                if is_unspaced(c) {
+                    if !run.is_empty() {
                         out.push(std::mem::take(&mut run));
                     }
+                    out.push(c.to_string());
+                } else if c.is_alphanumeric() || c == '\'' || c == '-' {
+                    run.push(c);
+                } else if !run.is_empty() {
+                    out.push(std::mem::take(&mut run));
                 }
-                if !run.is_empty() {
-                    out.push(run);
-                }
-                out
-            } else {
-                vec![w]
             }
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
+            if !run.is_empty() {
+                out.push(run);
+            }
+            out
+        } else {
+            vec![w]
+        }
+    })
+    .filter(|w| !w.is_empty())
+    .collect()
 }
 
 /// A character of a script written without spaces between words (CJK ideographs, kana).
@@ -321,7 +325,7 @@ fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
     let unspaced = |t: &str| t.replace(' ', "");
     let (joined_close, trimmed_close) = (unspaced(&joined), unspaced(trimmed));
     phrases.iter().any(|p| {
-        let p = words(p).join(" ");
+        let p = words_as_written(p).join(" ");
         p == joined || p == trimmed || {
             let p = unspaced(&p);
             p == joined_close || p == trimmed_close
@@ -505,11 +509,17 @@ mod tests {
         for bye in ["再見！", "好了，謝謝。", "沒事了，謝謝。", "就這樣。"] {
             assert_eq!(classify(bye, &wake), Heard::Goodbye, "{bye}");
         }
+        assert_eq!(classify("掰掰！", &wake), Heard::Goodbye);
         assert_eq!(
             plain("掰掰"),
             Heard::Question,
             "only a wake conversation ends"
         );
+        assert_eq!(plain("別講了。"), Heard::Stop);
+        // The lists are written in simplified characters, as what is heard is compared.
+        for phrase in FILLERS.iter().chain(STOPS).chain(GOODBYES) {
+            assert_eq!(super::super::script::comparable(phrase), *phrase);
+        }
         // Its own voice is echo, written back in either script.
         let answers = vec!["台北明天晴，最高氣溫二十五度。".to_string()];
         let speaking = HeardContext {

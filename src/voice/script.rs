@@ -9,17 +9,12 @@ use ferrous_opencc::{config::BuiltinConfig, OpenCC};
 
 use super::heard::is_unspaced;
 
-/// Characters OpenCC converts to traditional by default that are traditional characters too:
-/// STCharacters lists each among its own traditional forms (范 as 範 or 范, 后 as 後 or 后, 台 as
-/// 臺 or 台). Among traditional characters whisper chose them, so they stay: converted, a surname
-/// (范, 余) or a word (干擾, 里長) written right would come out wrong. Beside a character that is
-/// simplified only, they are part of a simplified word and are converted with it ("这里").
-const TRADITIONAL_AS_THEY_ARE: &str =
-    "㐹万丑丰于云亘仆价伙余佣党准几凶划占厂厘台叶吁吃后咨咸唇夸尸岩岳帘干广征愿托挂据斗朴杠杰极柜涂涌淀游熏皂确种筑胜腊腌膻苹范荐虫蚝蜡蝎跖辟适郁采里";
-
-/// The same the other way: traditional characters TSCharacters lists among their own
-/// simplified forms (於 as 于 or 於).
-const SIMPLIFIED_AS_THEY_ARE: &str = "乾剋夥徵於薹麽";
+/// Characters whisper wrote that stay as written in traditional text, though OpenCC would change
+/// them: surnames (范 as 範, 余 as 餘) that no phrase of OpenCC's tables tells apart from the
+/// words they also stand in ("打電話給范先生" must not become "範先生"), and 台, which Taiwan
+/// writes beside the standard's 臺 ("台北"). The cost: a simplified word leaked with one of them
+/// in it ("范围", "其余") keeps that character.
+const KEPT_IN_TRADITIONAL: &str = "范余台";
 
 fn load(config: BuiltinConfig) -> Option<OpenCC> {
     OpenCC::from_config(config)
@@ -37,40 +32,36 @@ fn has_chinese(text: &str) -> bool {
 /// `text` with its Chinese in the user's characters: simplified, or traditional as Taiwan writes
 /// them. Prompted in one script, whisper still writes words of a clip it is unsure of in the
 /// other ("你恩貪我寫一份有天馬。" under the simplified prompt, from espeak-ng's "你能帮我写一
-/// 封邮件吗？"). OpenCC's tables convert them (its phrases first, then single characters), and a
-/// character that is already right in the user's script is kept as written (see
-/// [`TRADITIONAL_AS_THEY_ARE`]) unless the word around it is in the other script. Where the
-/// tables cannot load, the text is left as it was.
+/// 封邮件吗？"). OpenCC's tables convert them, phrases first: to simplified as they are; to
+/// traditional by way of simplified, so that a word whisper wrote half in each script is found
+/// in the phrase tables whole ("干擾" is 干扰's traditional, not "幹擾"; "哪里" is "哪裡", "里長"
+/// stays). A character whisper wrote in traditional only is kept as written, and so are
+/// [`KEPT_IN_TRADITIONAL`]. Where the tables cannot load, the text is left as it was.
 pub fn in_script(text: &str, traditional: bool) -> String {
     if !has_chinese(text) {
         return text.to_string();
     }
-    let (converter, kept) = if traditional {
-        (&TO_TRADITIONAL, TRADITIONAL_AS_THEY_ARE)
-    } else {
-        (&TO_SIMPLIFIED, SIMPLIFIED_AS_THEY_ARE)
-    };
-    let Some(opencc) = converter.as_ref() else {
+    let Some(to_simplified) = TO_SIMPLIFIED.as_ref() else {
         return text.to_string();
     };
-    let converted = opencc.convert(text);
-    if converted.chars().count() != text.chars().count() {
+    let simplified = to_simplified.convert(text);
+    if !traditional {
+        return simplified;
+    }
+    let Some(to_traditional) = TO_TRADITIONAL.as_ref() else {
+        return text.to_string();
+    };
+    let converted = to_traditional.convert(&simplified);
+    let same_length = |t: &str| t.chars().count() == text.chars().count();
+    if !same_length(&simplified) || !same_length(&converted) {
         return converted;
     }
-    let pairs: Vec<(char, char)> = text.chars().zip(converted.chars()).collect();
-    // Whether the character at `i` was in the other script for certain.
-    let other_script = |i: usize| {
-        pairs
-            .get(i)
-            .is_some_and(|&(was, now)| was != now && !kept.contains(was))
-    };
-    pairs
-        .iter()
-        .enumerate()
-        .map(|(i, &(was, now))| {
-            let in_a_word_of_the_other_script =
-                other_script(i + 1) || i.checked_sub(1).is_some_and(other_script);
-            if kept.contains(was) && !in_a_word_of_the_other_script {
+    text.chars()
+        .zip(simplified.chars())
+        .zip(converted.chars())
+        .map(|((was, plain), now)| {
+            let traditional_only = was != plain;
+            if traditional_only || KEPT_IN_TRADITIONAL.contains(was) {
                 was
             } else {
                 now
@@ -82,9 +73,12 @@ pub fn in_script(text: &str, traditional: bool) -> String {
 /// `text` with its Chinese in simplified characters, for comparing (a stop phrase, the voice's
 /// own words): the same words in either script compare equal.
 pub fn comparable(text: &str) -> Cow<'_, str> {
+    if !has_chinese(text) {
+        return Cow::Borrowed(text);
+    }
     match TO_SIMPLIFIED.as_ref() {
-        Some(opencc) if has_chinese(text) => Cow::Owned(opencc.convert(text)),
-        _ => Cow::Borrowed(text),
+        Some(opencc) => Cow::Owned(opencc.convert(text)),
+        None => Cow::Borrowed(text),
     }
 }
 
@@ -118,9 +112,20 @@ mod tests {
         assert_eq!(in_script("請問余老師在嗎", true), "請問余老師在嗎");
         assert_eq!(in_script("干擾到我了", true), "干擾到我了");
         assert_eq!(in_script("里長說台北下雨", true), "里長說台北下雨");
-        // A simplified one written among them still is converted.
-        assert_eq!(in_script("范先生说了", true), "范先生說了");
-        assert_eq!(in_script("於先生说了", false), "於先生说了");
+        assert_eq!(in_script("皇后和公里", true), "皇后和公里");
+        // Simplified words among them are converted whole, by OpenCC's phrases.
+        for (mixed, traditional) in [
+            ("以后再說", "以後再說"),
+            ("你在哪里？", "你在哪裡？"),
+            ("麵包里面", "麵包裡面"),
+            ("後台的几天", "後台的幾天"),
+            ("去广州的价格", "去廣州的價格"),
+        ] {
+            assert_eq!(in_script(mixed, true), traditional, "{mixed}");
+        }
+        // And to simplified, every traditional character.
+        assert_eq!(in_script("由於什麽", false), "由于什么");
+        assert_eq!(in_script("乾隆年间", false), "乾隆年间");
     }
 
     #[test]
