@@ -712,11 +712,6 @@ impl Language {
         }
     }
 
-    /// Whether it is Chinese, in either script.
-    pub fn is_chinese(self) -> bool {
-        matches!(self.resolved(), Language::Zh | Language::ZhHant)
-    }
-
     /// Its name, in English (for messages).
     pub fn name(self) -> &'static str {
         match self.resolved() {

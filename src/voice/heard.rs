@@ -1,6 +1,7 @@
 //! What an utterance was, once transcribed: a question, or something to ignore (noise, a filler,
 //! Jarvis's own voice), or one of the few things said alone that steer the conversation.
 
+use super::script::{comparable, is_cjk_punctuation, is_unspaced};
 use serde::{Deserialize, Serialize};
 
 /// The classifier's verdict.
@@ -179,7 +180,7 @@ const GOODBYES: &[&str] = &[
 /// phrases, repetitions and echoes are compared alike in every language; Chinese in simplified
 /// characters, whichever it was written in.
 pub fn words(text: &str) -> Vec<String> {
-    words_as_written(&super::script::comparable(text))
+    words_as_written(&comparable(text))
 }
 
 /// [`words`], Chinese left in the characters it is written in (the phrase lists', simplified).
@@ -223,21 +224,6 @@ fn words_as_written(text: &str) -> Vec<String> {
     })
     .filter(|w| !w.is_empty())
     .collect()
-}
-
-/// A character of a script written without spaces between words (CJK ideographs, kana).
-pub(crate) fn is_unspaced(c: char) -> bool {
-    matches!(c,
-        '\u{3040}'..='\u{30ff}'   // hiragana, katakana
-        | '\u{3400}'..='\u{4dbf}' // CJK extension A
-        | '\u{4e00}'..='\u{9fff}' // CJK unified ideographs
-        | '\u{f900}'..='\u{faff}' // CJK compatibility ideographs
-    )
-}
-
-/// Full-width punctuation: 。！？，、；：「」『』（）and the like.
-pub(crate) fn is_cjk_punctuation(c: char) -> bool {
-    matches!(c, '\u{3000}'..='\u{303f}' | '\u{ff01}'..='\u{ff0f}' | '\u{ff1a}'..='\u{ff20}')
 }
 
 /// Text with every bracketed sound label removed: `[cough]`, `(music)`, `*sighs*`, `♪`.
@@ -518,7 +504,7 @@ mod tests {
         assert_eq!(plain("別講了。"), Heard::Stop);
         // The lists are written in simplified characters, as what is heard is compared.
         for phrase in FILLERS.iter().chain(STOPS).chain(GOODBYES) {
-            assert_eq!(super::super::script::comparable(phrase), *phrase);
+            assert_eq!(comparable(phrase), *phrase);
         }
         // Its own voice is echo, written back in either script.
         let answers = vec!["台北明天晴，最高氣溫二十五度。".to_string()];

@@ -1,13 +1,11 @@
-//! Chinese in one script: what whisper heard written in the user's characters, and text in
-//! either script compared as one (OpenCC's tables, through `ferrous-opencc`, loaded on first use:
-//! ~3 ms and a few MiB).
+//! Scripts: the characters written without spaces between words, and Chinese in one script —
+//! what whisper heard written in the user's characters, and text in either script compared as one
+//! (OpenCC's tables, through `ferrous-opencc`, loaded on first use: ~3 ms and a few MiB).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use ferrous_opencc::{config::BuiltinConfig, OpenCC};
-
-use super::heard::is_unspaced;
 
 /// Characters whisper wrote that stay as written in traditional text, though OpenCC would change
 /// them: surnames (范 as 範, 余 as 餘) that no phrase of OpenCC's tables tells apart from the
@@ -15,6 +13,21 @@ use super::heard::is_unspaced;
 /// writes beside the standard's 臺 ("台北"). The cost: a simplified word leaked with one of them
 /// in it ("范围", "其余") keeps that character.
 const KEPT_IN_TRADITIONAL: &str = "范余台";
+
+/// A character of a script written without spaces between words (CJK ideographs, kana).
+pub(crate) fn is_unspaced(c: char) -> bool {
+    matches!(c,
+        '\u{3040}'..='\u{30ff}'   // hiragana, katakana
+        | '\u{3400}'..='\u{4dbf}' // CJK extension A
+        | '\u{4e00}'..='\u{9fff}' // CJK unified ideographs
+        | '\u{f900}'..='\u{faff}' // CJK compatibility ideographs
+    )
+}
+
+/// Full-width punctuation: 。！？，、；：「」『』（）and the like.
+pub(crate) fn is_cjk_punctuation(c: char) -> bool {
+    matches!(c, '\u{3000}'..='\u{303f}' | '\u{ff01}'..='\u{ff0f}' | '\u{ff1a}'..='\u{ff20}')
+}
 
 fn load(config: BuiltinConfig) -> Option<OpenCC> {
     OpenCC::from_config(config)

@@ -291,8 +291,8 @@ fn numeral(unit: &str) -> bool {
 /// Whether `c` is written without spaces around it: a Chinese (or Japanese) character, or the
 /// punctuation and full-width forms that go with them.
 fn unspaced(c: char) -> bool {
-    super::heard::is_unspaced(c)
-        || super::heard::is_cjk_punctuation(c)
+    super::script::is_unspaced(c)
+        || super::script::is_cjk_punctuation(c)
         || matches!(c, '\u{FF00}'..='\u{FFEF}')
 }
 
