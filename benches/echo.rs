@@ -11,20 +11,56 @@
 //! - a question and a lone "stop" said over the voice at full volume (the voice lowered as the
 //!   loop lowers it once it hears the onset): how many come through right;
 //! - short words said over the voice (stop phrases, fillers, a cough, a knock): how many stops
-//!   are stops, and how many of the rest are taken for a question or a stop;
+//!   are stops, and how many of the rest are taken for a question or a stop; and how long the
+//!   listener takes from the frame that ends one to its verdict, heard once or a second time
+//!   without the voice;
 //! - the canceller's cost per 10 ms frame, in µs and % of one core.
 //!
-//! Run: `cargo bench --bench echo`
+//! Run: `cargo bench --bench echo` (`-- short`: what is said over the voice and the canceller's
+//! cost only)
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jarvis::config::{Config, SpeechModel};
 use jarvis::service::ListenMode;
 use jarvis::voice::echo::{Canceller, OfflineEcho};
 use jarvis::voice::fixtures::{self, ducked, mix_into, rooms, Room};
 use jarvis::voice::listen::{ListenEvent, Shared};
-use jarvis::voice::{audio, models, Heard, Listener, Transcriber, UtteranceReport, SAMPLE_RATE};
+use jarvis::voice::stt::Transcript;
+use jarvis::voice::{
+    audio, models, Heard, Listener, Transcriber, UtteranceReport, VoiceError, SAMPLE_RATE,
+};
+
+/// Transcriptions made so far.
+static HEARINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whisper, each transcription counted in [`HEARINGS`].
+struct Counted(Arc<dyn Transcriber>);
+
+impl Transcriber for Counted {
+    fn transcribe(&self, samples: &[f32]) -> Result<Transcript, VoiceError> {
+        HEARINGS.fetch_add(1, Ordering::Relaxed);
+        self.0.transcribe(samples)
+    }
+
+    fn prepare(&self) -> Result<(), VoiceError> {
+        self.0.prepare()
+    }
+
+    fn release(&self) {
+        self.0.release()
+    }
+}
+
+/// What the listener did for one utterance in the frame that ended it: how long it took, and
+/// how many transcriptions it made (two where a short one was heard again without the voice).
+#[derive(Clone, Copy)]
+struct Verdict {
+    took: Duration,
+    hearings: usize,
+}
 
 fn model_dir() -> std::path::PathBuf {
     match std::env::var("JARVIS_TEST_MODELS") {
@@ -57,14 +93,15 @@ enum Start {
     Remembering,
 }
 
-/// Ducks (speech onsets while the voice plays) and utterances heard over `mic`.
+/// Ducks (speech onsets while the voice plays) and utterances heard over `mic`, each with its
+/// [`Verdict`].
 fn listen(
     whisper: &Arc<dyn Transcriber>,
     mic: &[f32],
     played: &[f32],
     cancel: Option<Start>,
     skip_ms: u64,
-) -> (usize, Vec<UtteranceReport>) {
+) -> (usize, Vec<(UtteranceReport, Verdict)>) {
     let shared = Shared::default();
     let mut listener = Listener::new(
         ListenMode::HandsFree,
@@ -98,22 +135,34 @@ fn listen(
                 (frame, None)
             }
         };
-        for event in listener.push_judged(&frame, judged.as_ref()).unwrap() {
+        let (started, hearings) = (Instant::now(), HEARINGS.load(Ordering::Relaxed));
+        let events = listener.push_judged(&frame, judged.as_ref()).unwrap();
+        let verdict = Verdict {
+            took: started.elapsed(),
+            hearings: HEARINGS.load(Ordering::Relaxed) - hearings,
+        };
+        for event in events {
             match event {
                 ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks += 1,
                 ListenEvent::Heard(r)
                     if (r.heard != Heard::Noise || !r.text.is_empty()) && r.start_ms >= skip_ms =>
                 {
-                    heard.push(r)
+                    heard.push((r, verdict))
                 }
                 _ => {}
             }
         }
     }
-    for event in listener.finish().unwrap() {
+    let (started, hearings) = (Instant::now(), HEARINGS.load(Ordering::Relaxed));
+    let events = listener.finish().unwrap();
+    let verdict = Verdict {
+        took: started.elapsed(),
+        hearings: HEARINGS.load(Ordering::Relaxed) - hearings,
+    };
+    for event in events {
         if let ListenEvent::Heard(r) = event {
             if r.heard != Heard::Noise && r.start_ms >= skip_ms {
-                heard.push(r);
+                heard.push((r, verdict));
             }
         }
     }
@@ -129,32 +178,95 @@ fn said_over(
     answer: &[f32],
     sound: &[f32],
     at: usize,
-) -> Vec<UtteranceReport> {
+) -> Vec<(UtteranceReport, Verdict)> {
     let played = ducked(answer, at, sound.len());
     let mut mic = room.hear(&played);
     mix_into(&mut mic, sound, at);
     listen(whisper, &mic, &played, Some(Start::Fresh), 1500).1
 }
 
+/// How long the listener took in the frame that ended each short utterance said over the voice:
+/// with its words transcribed ahead at the pause (nothing left to do), heard once, and heard a
+/// second time without the voice.
+#[derive(Default)]
+struct Verdicts {
+    ahead: Vec<Duration>,
+    once: Vec<Duration>,
+    again: Vec<Duration>,
+}
+
+impl Verdicts {
+    fn note(&mut self, heard: &[(UtteranceReport, Verdict)]) {
+        for (_, verdict) in heard {
+            match verdict.hearings {
+                0 => self.ahead.push(verdict.took),
+                1 => self.once.push(verdict.took),
+                _ => self.again.push(verdict.took),
+            }
+        }
+    }
+
+    fn print(self) {
+        println!(
+            "the frame that ends a stop, filler or noise said over the voice → its verdict: \
+             transcribed ahead {}; heard once {}; heard a second time without the voice {}",
+            median_ms(self.ahead),
+            median_ms(self.once),
+            median_ms(self.again)
+        );
+    }
+}
+
+/// The median of `took`, in ms, and how many there are.
+fn median_ms(mut took: Vec<Duration>) -> String {
+    took.sort();
+    match took.get(took.len() / 2) {
+        Some(median) => format!(
+            "median {:.0} ms ({:.0}–{:.0}, {})",
+            median.as_secs_f64() * 1e3,
+            took[0].as_secs_f64() * 1e3,
+            took[took.len() - 1].as_secs_f64() * 1e3,
+            took.len()
+        ),
+        None => "none".to_string(),
+    }
+}
+
 fn main() {
-    let whisper: Arc<dyn Transcriber> = Arc::new(
+    let whisper: Arc<dyn Transcriber> = Arc::new(Counted(Arc::new(
         models::load_whisper(&model_dir(), SpeechModel::TinyEn, 2)
             .unwrap_or_else(|e| panic!("{e}")),
-    );
+    )));
+    let short_only = std::env::args().any(|a| a == "short");
     let rooms = rooms();
     let long = fixtures::speech(&ANSWERS.join(" "))
         .expect("espeak-ng")
         .samples;
 
+    if !short_only {
+        echo_and_barge_ins(&whisper, &rooms, &long);
+    }
+    let answer = fixtures::speech(ANSWERS[..4].join(" ").as_str())
+        .expect("espeak-ng")
+        .samples;
+    let mut verdicts = Verdicts::default();
+    said_over_its_voice(&whisper, &rooms, &answer, &mut verdicts);
+    short_words(&whisper, &rooms, &answer, &mut verdicts);
+    verdicts.print();
+    canceller_cost(&rooms, &long);
+}
+
+/// Echo return loss enhancement, and false barge-ins.
+fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f32]) {
     println!("## echo return loss enhancement (after the first 3 s)");
     for (i, room) in rooms.iter().enumerate() {
-        let mic = room.hear(&long);
+        let mic = room.hear(long);
         println!(
             "room {i} ({} ms, RT60 {} s, {} dB): {:.1} dB",
             room.delay_ms,
             room.rt60_s,
             room.gain_db,
-            OfflineEcho::erle_db(&mic, &long, 3.0)
+            OfflineEcho::erle_db(&mic, long, 3.0)
         );
     }
 
@@ -174,20 +286,20 @@ fn main() {
         let skip_ms = ((before.len() + quiet.len()) / 16) as u64;
         for room in rooms.iter().take(5) {
             let mic = room.hear(&played);
-            let (d, h) = listen(&whisper, &mic, &played, None, skip_ms);
+            let (d, h) = listen(whisper, &mic, &played, None, skip_ms);
             base_ducks += d;
             base_heard += h.len();
-            let (d, h) = listen(&whisper, &mic, &played, Some(Start::Fresh), skip_ms);
+            let (d, h) = listen(whisper, &mic, &played, Some(Start::Fresh), skip_ms);
             ducks += d;
             heard += h.len();
-            examples.extend(h.into_iter().map(|r| r.text));
+            examples.extend(h.into_iter().map(|(r, _)| r.text));
             // The same answer as the first a canceller hears: knowing nothing, and remembering
             // the room.
             let mic = room.hear(&answer);
-            let (d, h) = listen(&whisper, &mic, &answer, Some(Start::Fresh), 0);
+            let (d, h) = listen(whisper, &mic, &answer, Some(Start::Fresh), 0);
             first_ducks += d;
             first_heard += h.len();
-            let (d, h) = listen(&whisper, &mic, &answer, Some(Start::Remembering), 0);
+            let (d, h) = listen(whisper, &mic, &answer, Some(Start::Remembering), 0);
             remembered_ducks += d;
             remembered_heard += h.len();
         }
@@ -200,21 +312,26 @@ fn main() {
     println!(
         "the same 50, the room remembered (a restart, the next run): {remembered_ducks} ducks, {remembered_heard} utterances"
     );
+}
 
+/// A question and a stop said over the voice.
+fn said_over_its_voice(
+    whisper: &Arc<dyn Transcriber>,
+    rooms: &[Room],
+    answer: &[f32],
+    verdicts: &mut Verdicts,
+) {
     println!("## said over its voice (10 each; rooms, voices and moments varied)");
-    let answer = fixtures::speech(ANSWERS[..4].join(" ").as_str())
-        .expect("espeak-ng")
-        .samples;
     let (mut questions_right, mut stops_right) = (0, 0);
     for i in 0..10 {
         let room = rooms[i % rooms.len()];
         let at = SAMPLE_RATE as usize * (6 + i);
         let q =
             fixtures::said("What is the weather like in Paris tomorrow?", i).expect("espeak-ng");
-        let h = said_over(&whisper, &room, &answer, &q, at);
+        let h = said_over(whisper, &room, answer, &q, at);
         let right = h.len() == 1 && {
-            let t = h[0].text.to_lowercase();
-            h[0].heard == Heard::Question && t.contains("weather") && t.contains("tomorrow")
+            let t = h[0].0.text.to_lowercase();
+            h[0].0.heard == Heard::Question && t.contains("weather") && t.contains("tomorrow")
         };
         questions_right += usize::from(right);
         let word = [
@@ -225,13 +342,14 @@ fn main() {
             "Stop talking.",
         ][i % 5];
         let s = fixtures::said(word, i).expect("espeak-ng");
-        let h = said_over(&whisper, &room, &answer, &s, at);
-        let stopped = h.iter().any(|r| r.heard == Heard::Stop);
+        let h = said_over(whisper, &room, answer, &s, at);
+        verdicts.note(&h);
+        let stopped = h.iter().any(|(r, _)| r.heard == Heard::Stop);
         stops_right += usize::from(stopped);
         if !stopped {
             let heard: Vec<_> = h
                 .iter()
-                .map(|r| format!("{:?} {:?}", r.heard, r.text))
+                .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
                 .collect();
             println!(
                 "  {word:?} (voice {i}, room {}): heard {heard:?}",
@@ -242,7 +360,15 @@ fn main() {
     println!(
         "questions with their words: {questions_right}/10; stops heard as stop: {stops_right}/10"
     );
+}
 
+/// Short words said over the voice, and how long their verdicts take.
+fn short_words(
+    whisper: &Arc<dyn Transcriber>,
+    rooms: &[Room],
+    answer: &[f32],
+    verdicts: &mut Verdicts,
+) {
     println!("## short words said over its voice (30 stops, 22 fillers and noises; 6 rooms)");
     // Stop phrases and fillers of one or two words, each in five voices, and a cough and a
     // knock, said over the voice 6–14 s into it: how many stops are stops, and how many of the
@@ -274,15 +400,16 @@ fn main() {
     for (n, (name, sound, is_stop)) in items.iter().enumerate() {
         let room = rooms[n % rooms.len()];
         let at = SAMPLE_RATE as usize * (6 + n % 9);
-        let h = said_over(&whisper, &room, &answer, sound, at);
+        let h = said_over(whisper, &room, answer, sound, at);
+        verdicts.note(&h);
         let heard: Vec<_> = h
             .iter()
-            .filter(|r| !r.heard.ignored())
-            .map(|r| format!("{:?} {:?}", r.heard, r.text))
+            .filter(|(r, _)| !r.heard.ignored())
+            .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
             .collect();
         if *is_stop {
             stops += 1;
-            let right = h.iter().any(|r| r.heard == Heard::Stop);
+            let right = h.iter().any(|(r, _)| r.heard == Heard::Stop);
             stops_right += usize::from(right);
             if !right {
                 println!("  {name} (room {}): heard {heard:?}", n % rooms.len());
@@ -299,9 +426,12 @@ fn main() {
     println!(
         "stops heard as stop: {stops_right}/{stops}; fillers and noises made a question or a stop: {others_taken}/{others}"
     );
+}
 
+/// The canceller's cost per 10 ms frame.
+fn canceller_cost(rooms: &[Room], long: &[f32]) {
     println!("## canceller cost");
-    let mic = rooms[0].hear(&long);
+    let mic = rooms[0].hear(long);
     let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
     let frames = audio::frames_of(&mic16);
     let mut canceller = Canceller::new(0);
