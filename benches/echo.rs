@@ -62,6 +62,17 @@ struct Verdict {
     hearings: usize,
 }
 
+/// What `listener` does, with how long it took and how many transcriptions it made.
+fn timed<T>(listener: impl FnOnce() -> T) -> (T, Verdict) {
+    let (started, hearings) = (Instant::now(), HEARINGS.load(Ordering::Relaxed));
+    let done = listener();
+    let verdict = Verdict {
+        took: started.elapsed(),
+        hearings: HEARINGS.load(Ordering::Relaxed) - hearings,
+    };
+    (done, verdict)
+}
+
 fn model_dir() -> std::path::PathBuf {
     match std::env::var("JARVIS_TEST_MODELS") {
         Ok(dir) => dir.into(),
@@ -135,12 +146,7 @@ fn listen(
                 (frame, None)
             }
         };
-        let (started, hearings) = (Instant::now(), HEARINGS.load(Ordering::Relaxed));
-        let events = listener.push_judged(&frame, judged.as_ref()).unwrap();
-        let verdict = Verdict {
-            took: started.elapsed(),
-            hearings: HEARINGS.load(Ordering::Relaxed) - hearings,
-        };
+        let (events, verdict) = timed(|| listener.push_judged(&frame, judged.as_ref()).unwrap());
         for event in events {
             match event {
                 ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks += 1,
@@ -153,12 +159,7 @@ fn listen(
             }
         }
     }
-    let (started, hearings) = (Instant::now(), HEARINGS.load(Ordering::Relaxed));
-    let events = listener.finish().unwrap();
-    let verdict = Verdict {
-        took: started.elapsed(),
-        hearings: HEARINGS.load(Ordering::Relaxed) - hearings,
-    };
+    let (events, verdict) = timed(|| listener.finish().unwrap());
     for event in events {
         if let ListenEvent::Heard(r) = event {
             if r.heard != Heard::Noise && r.start_ms >= skip_ms {
@@ -186,8 +187,8 @@ fn said_over(
 }
 
 /// How long the listener took in the frame that ended each short utterance said over the voice:
-/// with its words transcribed ahead at the pause (nothing left to do), heard once, and heard a
-/// second time without the voice.
+/// with its words transcribed ahead on a thread of their own as the pause began (the frame waits
+/// for that), heard once, and heard a second time without the voice.
 #[derive(Default)]
 struct Verdicts {
     ahead: Vec<Duration>,

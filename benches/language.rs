@@ -297,7 +297,7 @@ fn chinese(load: &dyn Fn(SpeechModel) -> Whisper, show: bool) {
         "Chinese in traditional characters, the same voices, whisper prompted in them, not \
          converted",
         &traditional_whisper().without_conversion(),
-        &[hant.espeak_voice(), "cmn-latn-pinyin+f3"],
+        &zh,
         &traditional,
         true,
         show,
@@ -305,7 +305,7 @@ fn chinese(load: &dyn Fn(SpeechModel) -> Whisper, show: bool) {
     error_rate(
         "Chinese in traditional characters, the other script converted (what ships for zh-hant)",
         &traditional_whisper(),
-        &[hant.espeak_voice(), "cmn-latn-pinyin+f3"],
+        &zh,
         &traditional,
         true,
         show,
