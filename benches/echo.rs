@@ -278,6 +278,11 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     let (mut base_ducks, mut base_heard, mut ducks, mut heard) = (0, 0, 0, 0);
     let (mut first_ducks, mut first_heard) = (0, 0);
     let (mut remembered_ducks, mut remembered_heard) = (0, 0);
+    // Its own voice heard as a stop would stop the answer it is giving.
+    let mut stops = 0;
+    let stops_in = |h: &[(UtteranceReport, Verdict)]| {
+        h.iter().filter(|(r, _)| r.heard == Heard::Stop).count()
+    };
     let mut examples = Vec::new();
     let quiet = vec![0.0_f32; 2 * SAMPLE_RATE as usize];
     for (a, text) in ANSWERS.iter().enumerate() {
@@ -293,6 +298,7 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
             let (d, h) = listen(whisper, &mic, &played, Some(Start::Fresh), skip_ms);
             ducks += d;
             heard += h.len();
+            stops += stops_in(&h);
             examples.extend(h.into_iter().map(|(r, _)| r.text));
             // The same answer as the first a canceller hears: knowing nothing, and remembering
             // the room.
@@ -300,9 +306,11 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
             let (d, h) = listen(whisper, &mic, &answer, Some(Start::Fresh), 0);
             first_ducks += d;
             first_heard += h.len();
+            stops += stops_in(&h);
             let (d, h) = listen(whisper, &mic, &answer, Some(Start::Remembering), 0);
             remembered_ducks += d;
             remembered_heard += h.len();
+            stops += stops_in(&h);
         }
     }
     println!("without the canceller (today's loop): {base_ducks} ducks, {base_heard} utterances");
@@ -313,6 +321,7 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     println!(
         "the same 50, the room remembered (a restart, the next run): {remembered_ducks} ducks, {remembered_heard} utterances"
     );
+    println!("its own voice heard as a stop, in all 150 answers with the canceller: {stops}");
 }
 
 /// A question and a stop said over the voice.

@@ -369,7 +369,8 @@ fn listen(
         settings.wake_threshold,
         shared.clone(),
     )
-    .with_turn(turn);
+    .with_turn(turn)
+    .with_language(config.settings.general.language);
     let heard = source.to_i16();
     let mut echo = played
         .as_ref()

@@ -167,13 +167,14 @@ fn stop_said_over_its_voice_at_full_volume_is_heard_as_stop() {
     // AEC3's suppressor holds a person back until it judges them the dominant near end, and
     // the voice is lowered only once they are heard: the utterance keeps the linear filter's
     // output, where the first syllable is whole, from further back. (With the suppressed output
-    // kept and the usual pre-roll, none of the six was a stop: "talking", "of it".) Not yet all
-    // six: issue 15 asks for every one (BENCHMARKS.md).
+    // kept and the usual pre-roll, none of the six was a stop: "talking", "of it".) What the
+    // canceller still holds back of the first sound is heard by the phrase's sound: "Top
+    // talking.", "It's top talking." (`voice::alike`; 3 of 6 before it).
     let stops = heard_as
         .iter()
         .filter(|(_, heard)| heard.iter().any(|t| t.starts_with("Stop ")))
         .count();
-    assert!(stops >= 3, "{heard_as:?}");
+    assert!(stops >= 5, "{heard_as:?}");
 }
 
 #[test]
@@ -450,4 +451,21 @@ fn remembered_speakers_with_headphones_now_do_not_hold_back_a_question_said_over
     let (_, heard, learned) = first_answer(&mic, OfflineEcho::recalling(&answer, true));
     the_question_whole(&heard);
     assert_eq!(learned, Some(false), "no echo comes back now");
+}
+
+#[test]
+fn jarvis_stop_said_over_its_voice_stops_it_however_whisper_spells_the_name() {
+    // Whisper tiny.en seldom spells the name ("Jaram is stop", "Darn this, stop!"), and the
+    // canceller holds back a word's first sound ("Jarvis, top."): the address and the stop are
+    // known by their sound (`voice::alike`). Before, none of the bench's two was a stop.
+    let mut heard_as = Vec::new();
+    for (i, room) in rooms().into_iter().enumerate() {
+        heard_as.push((i, said_over_the_voice("Jarvis, stop.", i, &room)));
+    }
+    let stopped = heard_as
+        .iter()
+        .filter(|(_, heard)| heard.iter().any(|t| t.starts_with("Stop ")))
+        .count();
+    // (5 of 6 here: room 4's came back "Jara, this is the star".)
+    assert!(stopped >= 4, "{heard_as:?}");
 }

@@ -163,6 +163,7 @@ impl VoiceSupervisor {
             .clone();
         let options = VoiceOptions {
             wake_threshold: config.settings.voice.wake_threshold,
+            language: config.settings.general.language,
             heard_until: Some(HeardUntil { chat, reply }),
             rooms,
             ..VoiceOptions::default()

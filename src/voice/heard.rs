@@ -2,6 +2,7 @@
 //! Jarvis's own voice), or one of the few things said alone that steer the conversation.
 
 use super::script::{comparable, is_cjk_punctuation, is_unspaced};
+use crate::config::Language;
 use serde::{Deserialize, Serialize};
 
 /// The classifier's verdict.
@@ -54,7 +55,10 @@ const FILLERS: &[&str] = &[
     "嗯", "呃", "啊", "额", "唔", "哦", "噢", // Chinese
 ];
 
-const STOPS: &[&str] = &[
+/// Every language's stop phrases.
+const STOPS: [&[&str]; 3] = [STOPS_EN, STOPS_DE, STOPS_ZH];
+
+const STOPS_EN: &[&str] = &[
     "stop",
     "stop it",
     "stop that",
@@ -80,7 +84,9 @@ const STOPS: &[&str] = &[
     "jarvis stop",
     "stop jarvis",
     "abort",
-    // German
+];
+
+const STOPS_DE: &[&str] = &[
     "stopp",
     "stopp stopp",
     "halt",
@@ -100,7 +106,9 @@ const STOPS: &[&str] = &[
     "das reicht",
     "jarvis stopp",
     "stopp jarvis",
-    // Chinese
+];
+
+const STOPS_ZH: &[&str] = &[
     "停",
     "停下",
     "停止",
@@ -319,6 +327,21 @@ fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
     })
 }
 
+/// Whether `said` (its [`words`]) is a stop phrase of any language, said alone.
+pub(super) fn is_stop(said: &[String]) -> bool {
+    STOPS.iter().any(|phrases| phrase_in(said, phrases))
+}
+
+/// The stop phrases of `language` (English's for English and any other language whose phrases
+/// are not words: Chinese's are characters).
+pub(super) fn stop_phrases(language: Language) -> &'static [&'static str] {
+    match language.resolved() {
+        Language::De => STOPS_DE,
+        Language::Zh | Language::ZhHant => STOPS_ZH,
+        _ => STOPS_EN,
+    }
+}
+
 /// Classifies a transcript.
 pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     let said = words(&without_labels(text));
@@ -349,7 +372,7 @@ pub fn classify(text: &str, context: &HeardContext<'_>) -> Heard {
     let mut once = said.clone();
     once.dedup();
     let unit = repeating_unit(&said);
-    if phrase_in(&said, STOPS) || phrase_in(&once, STOPS) || phrase_in(unit, STOPS) {
+    if is_stop(&said) || is_stop(&once) || is_stop(unit) {
         return Heard::Stop;
     }
     if context.wake_conversation && phrase_in(&said, GOODBYES) {
@@ -503,7 +526,7 @@ mod tests {
         );
         assert_eq!(plain("別講了。"), Heard::Stop);
         // The lists are written in simplified characters, as what is heard is compared.
-        for phrase in FILLERS.iter().chain(STOPS).chain(GOODBYES) {
+        for phrase in FILLERS.iter().chain(STOPS.concat().iter()).chain(GOODBYES) {
             assert_eq!(comparable(phrase), *phrase);
         }
         // Its own voice is echo, written back in either script.

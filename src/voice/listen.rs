@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use super::alike::SoundAlike;
 use super::audio::EchoJudged;
 use super::heard::{classify, words, Heard, HeardContext};
 use super::stt::{Transcriber, Transcript};
@@ -14,7 +15,7 @@ use super::turn::{Turn, TurnJudge};
 use super::vad::{Segment, Segmenter, SegmenterSettings};
 use super::wake::WakeDetector;
 use super::{audio, VoiceError, FRAME_MS};
-use crate::config::ListenMode;
+use crate::config::{Language, ListenMode};
 
 pub use super::vad::Utterance;
 
@@ -163,6 +164,9 @@ pub struct Listener {
     ahead: Option<Ahead>,
     /// Whether words are transcribed ahead at all (off only for the benchmark's baseline).
     ahead_on: bool,
+    /// The language's stop phrases by their sound, for what is said over the voice (none in
+    /// Chinese).
+    alike: Option<Arc<SoundAlike>>,
 }
 
 /// A transcription started ahead of the pause, on a thread of its own, of the open utterance
@@ -219,7 +223,14 @@ impl Listener {
             asked: None,
             ahead: None,
             ahead_on: true,
+            alike: SoundAlike::new(Language::En).map(Arc::new),
         }
+    }
+
+    /// Hears stops said over the voice by their sound in `language` (English unless told).
+    pub fn with_language(mut self, language: Language) -> Listener {
+        self.alike = SoundAlike::new(language).map(Arc::new);
+        self
     }
 
     /// Cuts utterances as `settings` say (the turn benchmark's baseline: a fixed hangover).
@@ -461,6 +472,13 @@ impl Listener {
             wake_conversation: self.mode == ListenMode::Wake && self.shared.awake(),
         };
         let mut heard = classify(&text, &context);
+        if heard == Heard::Question
+            && self.began_while_speaking
+            && utterance.voiced_frames <= STOP_AT_MOST_VOICED
+            && self.stop_by_its_sound(&text, &answers)
+        {
+            heard = Heard::Stop;
+        }
         if heard != Heard::Stop && self.began_while_speaking {
             if let Some(stop) =
                 self.stop_without_the_voice(&utterance, &text, holds_wake_word, &context)?
@@ -540,10 +558,27 @@ impl Listener {
         if holds_wake_word {
             text = after_wake_word(&text);
         }
-        let stop = classify(&text, context) == Heard::Stop
-            && !words(&text).iter().any(|w| first.contains(w))
+        let stop = match classify(&text, context) {
+            Heard::Stop => true,
+            Heard::Question => self.stop_by_its_sound(&text, context.recent_answers),
+            _ => false,
+        } && !words(&text).iter().any(|w| first.contains(w))
             && !spoken_by_the_voice(&text, context.recent_answers);
         Ok(stop.then_some(text))
+    }
+
+    /// Whether `text`, said over the voice, sounds like a stop whisper wrote as other words (see
+    /// [`SoundAlike`]) — and is not made of words of the answer being spoken, which came
+    /// through ("…at the top").
+    fn stop_by_its_sound(&self, text: &str, answers: &[String]) -> bool {
+        if spoken_by_the_voice(text, answers) {
+            return false;
+        }
+        let Some(stop) = self.alike.as_ref().and_then(|alike| alike.stop(text)) else {
+            return false;
+        };
+        tracing::debug!(stop, "a stop said over the voice, heard by its sound");
+        true
     }
 
     /// An utterance whose words will be wanted has begun, or the wake word opened a

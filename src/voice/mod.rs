@@ -7,6 +7,7 @@
 //! (openWakeWord). Raw audio is never written to disk: it lives in memory from capture to
 //! transcription and from synthesis to playback.
 
+pub mod alike;
 pub mod audio;
 pub mod device;
 pub mod echo;

@@ -54,6 +54,8 @@ pub struct VoiceOptions {
     /// Whether Jarvis's own voice is taken out of what the microphone hears (off only to measure
     /// the loop without it).
     pub cancel_echo: bool,
+    /// The language the user speaks (stops said over the voice are known by their sound in it).
+    pub language: crate::config::Language,
     /// Whether the words of a pause are transcribed ahead of it, from its first moments of quiet
     /// (off only to measure the loop without it).
     pub transcribe_ahead: bool,
@@ -86,6 +88,7 @@ impl Default for VoiceOptions {
             echo_delay_hint_ms: ECHO_DELAY_HINT_MS,
             cancel_echo: true,
             transcribe_ahead: true,
+            language: crate::config::Language::En,
             heard_until: None,
             rooms: Rooms::in_memory(),
         }
@@ -350,6 +353,7 @@ fn listen(
     wake: Option<WakeFactory>,
     threshold: f32,
     ahead: bool,
+    language: crate::config::Language,
     shared: Shared,
     events: &mpsc::UnboundedSender<ListenEvent>,
     stop: &AtomicBool,
@@ -365,8 +369,9 @@ fn listen(
             return Some(err.to_string());
         }
     };
-    let mut listener =
-        Listener::new(mode, transcriber, detector, threshold, shared).with_turn(turn);
+    let mut listener = Listener::new(mode, transcriber, detector, threshold, shared)
+        .with_turn(turn)
+        .with_language(language);
     if !ahead {
         listener = listener.without_transcribing_ahead();
     }
@@ -648,6 +653,7 @@ impl LoopState {
         let turn = self.parts.turn.clone();
         let threshold = self.options.wake_threshold;
         let ahead = self.options.transcribe_ahead;
+        let language = self.options.language;
         let shared = self.shared.clone();
         let after = self.shared.clone();
         let events = self.events_tx.clone();
@@ -670,6 +676,7 @@ impl LoopState {
                         wake,
                         threshold,
                         ahead,
+                        language,
                         shared,
                         &events,
                         &stop,

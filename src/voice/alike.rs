@@ -1,0 +1,330 @@
+//! A stop said over Jarvis's voice, known by its sound where whisper wrote other words for it.
+//!
+//! Over the voice, the echo canceller holds back the first moments of what a person says until
+//! it judges them louder than the echo, so a word's first consonants are lost: whisper writes
+//! "Stop talking." as "Top talking." and "Quiet." as "Wyatt". And whisper tiny.en seldom spells
+//! the name it is called by: "Jarvis, stop." comes back "Jaram is stop" or "Darn this, stop!".
+//! So a short transcript of something said over the voice is compared with the language's stop
+//! phrases as they sound — espeak-ng's phonemes of both, espeak-ng run as a program as for
+//! Piper's phonemes (never linked) — allowing what the room takes: a stop phrase whose first
+//! one or two consonants are missing, or whose first sound whisper wrote onto a word it made
+//! of the voice's residue just before ("It's top talking."), after an address that sounds like
+//! "Jarvis".
+//!
+//! Nothing else is allowed: no sound added or changed inside the phrase ("Don't stop." ends as
+//! "stop" sounds, but "don't" is no name), and only where the voice was playing (a "Top." said
+//! in a quiet room is what whisper wrote).
+
+use std::sync::OnceLock;
+
+use crate::config::Language;
+
+/// The most words a stop said with an address runs to ("Jarvis, stop talking now" misheard as
+/// five).
+const AT_MOST_WORDS: usize = 5;
+
+/// The most words an address that sounds like the name is written as ("Jar of his").
+const ADDRESS_AT_MOST_WORDS: usize = 3;
+
+/// How many first consonants of a stop phrase the canceller may have held back: "st" of "stop".
+const ONSET_LOST_AT_MOST: usize = 2;
+
+/// What a stop phrase must still sound like with its onset lost: three phonemes ("top"), so
+/// that no lone vowel or syllable stands for one.
+const REST_AT_LEAST: usize = 3;
+
+/// How far (in edits, see [`distance`]) an address may sound from the name, per phoneme of the
+/// name: half ("Darn this" and "Jaram is" from "Jarvis": 3 of 7).
+const ADDRESS_AT_MOST_PER_PHONEME: f32 = 0.5;
+
+/// The name, as the address is compared with it.
+const NAME: &str = "jarvis";
+
+/// The stop phrases of one language and the name, by their sound.
+pub struct SoundAlike {
+    program: String,
+    voice: &'static str,
+    phrases: &'static [&'static str],
+    /// Made on first use: `None` where espeak-ng could not say them (then nothing is heard by
+    /// its sound).
+    known: OnceLock<Option<Known>>,
+}
+
+struct Known {
+    phrases: Vec<(&'static str, Vec<char>)>,
+    name: Vec<char>,
+}
+
+impl std::fmt::Debug for SoundAlike {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoundAlike")
+            .field("voice", &self.voice)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SoundAlike {
+    /// The stop phrases of `language` by their sound; `None` for Chinese, whose transcripts are
+    /// characters, each a syllable whisper writes whole or not at all.
+    pub fn new(language: Language) -> Option<SoundAlike> {
+        let language = language.resolved();
+        if matches!(language, Language::Zh | Language::ZhHant) {
+            return None;
+        }
+        Some(SoundAlike {
+            program: "espeak-ng".into(),
+            voice: language.espeak_voice(),
+            phrases: super::heard::stop_phrases(language),
+            known: OnceLock::new(),
+        })
+    }
+
+    /// The stop phrase `text` sounds like, said over the voice, if any (see the module's
+    /// comment). Blocking: runs espeak-ng (~10 ms), and the first time once more for the phrases.
+    pub fn stop(&self, text: &str) -> Option<String> {
+        let said = super::heard::words(text);
+        if said.is_empty() || said.len() > AT_MOST_WORDS {
+            return None;
+        }
+        let known = self.known()?;
+        let sounds = self.phonemes(&said)?;
+        for address in 0..=ADDRESS_AT_MOST_WORDS.min(said.len() - 1) {
+            if address > 0 && !sounds_like(&sounds[..address].concat(), &known.name) {
+                continue;
+            }
+            let rest = &said[address..];
+            if address > 0 && super::heard::is_stop(rest) {
+                return Some(rest.join(" "));
+            }
+            let heard = sounds[address..].concat();
+            if let Some((phrase, _)) = known
+                .phrases
+                .iter()
+                .find(|(_, phrase)| *phrase == heard || onset_lost(phrase, &heard))
+            {
+                return Some(phrase.to_string());
+            }
+            // The voice's residue before the onset written as a word that took the phrase's
+            // first sound: "It's top talking.", "Let's top it." The sound goes back.
+            if rest.len() >= 2 && rest[0].ends_with("'s") {
+                let restored: Vec<char> = sounds[address]
+                    .last()
+                    .into_iter()
+                    .copied()
+                    .chain(sounds[address + 1..].concat())
+                    .collect();
+                if let Some((phrase, _)) = known.phrases.iter().find(|(_, p)| *p == restored) {
+                    return Some(phrase.to_string());
+                }
+            }
+        }
+        None
+    }
+
+    fn known(&self) -> Option<&Known> {
+        self.known
+            .get_or_init(|| {
+                let mut lines: Vec<String> = self.phrases.iter().map(|p| p.to_string()).collect();
+                lines.push(NAME.into());
+                let mut sounds = self.phonemes(&lines)?;
+                let name = sounds.pop()?;
+                Some(Known {
+                    phrases: self.phrases.iter().copied().zip(sounds).collect(),
+                    name,
+                })
+            })
+            .as_ref()
+    }
+
+    /// The phonemes of each of `lines` (words or phrases without punctuation), as espeak-ng
+    /// says them in this language; `None` where it cannot be run or says them in more or fewer
+    /// lines than it was given.
+    fn phonemes(&self, lines: &[String]) -> Option<Vec<Vec<char>>> {
+        let input = lines.join("\n") + "\n";
+        let ipa = super::tts::run_espeak(
+            &self.program,
+            &["-q", "--ipa", "-v", self.voice],
+            &input,
+            " to hear a stop by its sound",
+        )
+        .map_err(|err| tracing::debug!(%err, "a stop cannot be heard by its sound"))
+        .ok()?;
+        let out: Vec<Vec<char>> = String::from_utf8_lossy(&ipa)
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(phonemes_of)
+            .collect();
+        (out.len() == lines.len()).then_some(out)
+    }
+}
+
+/// The sounds of a line of espeak-ng's IPA, one `char` each, without stress, length or spaces:
+/// "stˈɑːp" → s t ɑ p. (A diphthong is its two vowels, as espeak-ng writes "Wyatt" "waɪət" and
+/// "quiet" "kwaɪət".)
+fn phonemes_of(ipa: &str) -> Vec<char> {
+    ipa.chars()
+        .filter(|c| !c.is_whitespace() && !matches!(c, 'ˈ' | 'ˌ' | 'ː' | 'ˑ' | '‿' | '_' | '-'))
+        .collect()
+}
+
+fn is_vowel(c: char) -> bool {
+    "aeiouyæɑɒɔəɚɛɜɝɪʊʌøœɐɵɯʏᵻɤɘɨʉɞ".contains(c)
+}
+
+/// `heard` is `phrase` with its first one or two sounds lost, consonants both, and enough of it
+/// left to tell ("top" for "stop", "waɪət" for "quiet").
+fn onset_lost(phrase: &[char], heard: &[char]) -> bool {
+    (1..=ONSET_LOST_AT_MOST).any(|lost| {
+        phrase.len() >= lost + REST_AT_LEAST
+            && phrase[..lost].iter().all(|c| !is_vowel(*c))
+            && phrase[lost..] == *heard
+    })
+}
+
+/// Whether `address` sounds like `name` (see [`ADDRESS_AT_MOST_PER_PHONEME`]).
+fn sounds_like(address: &[char], name: &[char]) -> bool {
+    distance(address, name) <= ADDRESS_AT_MOST_PER_PHONEME * name.len() as f32
+}
+
+/// Edits from `a` to `b`: a sound added or dropped costs 1, one sound for another 1, but half
+/// where both are vowels or the two differ in voicing only (s and z, t and d).
+fn distance(a: &[char], b: &[char]) -> f32 {
+    let mut row: Vec<f32> = (0..=b.len()).map(|j| j as f32).collect();
+    for (i, &x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = (i + 1) as f32;
+        for (j, &y) in b.iter().enumerate() {
+            let swap = diagonal + substitution(x, y);
+            diagonal = row[j + 1];
+            row[j + 1] = swap.min(row[j] + 1.0).min(row[j + 1] + 1.0);
+        }
+    }
+    row[b.len()]
+}
+
+fn substitution(x: char, y: char) -> f32 {
+    const VOICING: [(char, char); 9] = [
+        ('p', 'b'),
+        ('t', 'd'),
+        ('k', 'ɡ'),
+        ('k', 'g'),
+        ('f', 'v'),
+        ('s', 'z'),
+        ('θ', 'ð'),
+        ('ʃ', 'ʒ'),
+        ('t', 'ɾ'),
+    ];
+    if x == y {
+        0.0
+    } else if (is_vowel(x) && is_vowel(y))
+        || VOICING
+            .iter()
+            .any(|&(a, b)| (a, b) == (x, y) || (b, a) == (x, y))
+    {
+        0.5
+    } else {
+        1.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn english() -> SoundAlike {
+        SoundAlike::new(Language::En).unwrap()
+    }
+
+    #[test]
+    fn a_stop_whose_first_consonants_were_lost_under_the_voice_is_heard_by_its_sound() {
+        let alike = english();
+        for (heard, stop) in [
+            ("Top.", "stop"),
+            ("top talking.", "stop talking"),
+            ("Top Talking", "stop talking"),
+            ("Top it!", "stop it"),
+            ("Wyatt", "quiet"),
+            ("Ever mind.", "never mind"),
+            ("It's top talking.", "stop talking"),
+            ("Let's top it.", "stop it"),
+        ] {
+            assert_eq!(alike.stop(heard).as_deref(), Some(stop), "{heard}");
+        }
+    }
+
+    #[test]
+    fn a_stop_after_a_name_that_sounds_like_jarvis_is_a_stop() {
+        let alike = english();
+        for heard in [
+            "Jaram is stop",
+            "Darn this, stop!",
+            "Travis, stop.",
+            "Jarvis, top.",
+            "Jar of his top.",
+        ] {
+            assert!(alike.stop(heard).is_some(), "{heard}");
+        }
+    }
+
+    #[test]
+    fn words_that_only_end_like_a_stop_or_begin_like_the_name_are_not_a_stop() {
+        let alike = english();
+        for heard in [
+            "Don't stop.",
+            "Never stop.",
+            "Bus stop?",
+            "Non-stop.",
+            "Top ten?",
+            "Quite.",
+            "Let's start.",
+            "Why not?",
+            "Wait.",
+            "What time is it?",
+            "Jars, top shelf.",
+            "Charge it, stop.",
+            "Up.",
+            "Hot.",
+            "It's top secret.",
+            "Let's stop here.",
+            "It's quiet.",
+        ] {
+            assert_eq!(alike.stop(heard), None, "{heard}");
+        }
+    }
+
+    #[test]
+    fn in_german_a_stopp_without_its_first_sound_is_a_stop_and_chinese_is_not_compared_by_sound() {
+        let german = SoundAlike::new(Language::De).unwrap();
+        assert_eq!(german.stop("Top!").as_deref(), Some("stopp"));
+        assert_eq!(german.stop("Hör auf.").as_deref(), Some("hör auf"));
+        assert_eq!(german.stop("Tschüss."), None);
+        assert_eq!(german.stop("Wo ist der Bahnhof?"), None);
+        assert!(SoundAlike::new(Language::Zh).is_none());
+        assert!(SoundAlike::new(Language::ZhHant).is_none());
+    }
+
+    #[test]
+    fn without_espeak_ng_nothing_is_heard_by_its_sound() {
+        let alike = SoundAlike {
+            program: "/nonexistent/espeak-ng".into(),
+            ..english()
+        };
+        assert_eq!(alike.stop("Top talking."), None);
+    }
+
+    #[test]
+    fn sounds_are_compared_with_voicing_and_vowels_half_apart() {
+        let chars = |s: &str| s.chars().collect::<Vec<_>>();
+        assert_eq!(distance(&chars("stɑp"), &chars("stɑp")), 0.0);
+        assert_eq!(distance(&chars("dʒɑɹvɪs"), &chars("dʒɑɹvɪz")), 0.5);
+        assert_eq!(distance(&chars("dʒɑɹvɪs"), &chars("dʒæɹvɪs")), 0.5);
+        assert_eq!(distance(&chars("dʒɑɹvɪs"), &chars("dɑɹvɪs")), 1.0);
+        assert_eq!(distance(&chars(""), &chars("abc")), 3.0);
+        assert!(onset_lost(&chars("stɑp"), &chars("tɑp")));
+        assert!(!onset_lost(&chars("stɑp"), &chars("ɑp")), "too little left");
+        assert!(
+            !onset_lost(&chars("ɪnʌf"), &chars("nʌf")),
+            "a vowel is not lost"
+        );
+    }
+}
