@@ -280,9 +280,8 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     let (mut remembered_ducks, mut remembered_heard) = (0, 0);
     // Its own voice heard as a stop would stop the answer it is giving.
     let mut stops = 0;
-    let stops_in = |h: &[(UtteranceReport, Verdict)]| {
-        h.iter().filter(|(r, _)| r.heard == Heard::Stop).count()
-    };
+    let stops_in =
+        |h: &[(UtteranceReport, Verdict)]| h.iter().filter(|(r, _)| r.heard == Heard::Stop).count();
     let mut examples = Vec::new();
     let quiet = vec![0.0_f32; 2 * SAMPLE_RATE as usize];
     for (a, text) in ANSWERS.iter().enumerate() {

@@ -12,10 +12,12 @@
 //! "Jarvis".
 //!
 //! Nothing else is allowed: no sound added or changed inside the phrase ("Don't stop." ends as
-//! "stop" sounds, but "don't" is no name), and only where the voice was playing (a "Top." said
-//! in a quiet room is what whisper wrote).
+//! "stop" sounds, but "don't" is no name); nothing whisper wrote as a question; a lost first
+//! sound only where the canceller was at work on the utterance (with headphones, or in a quiet
+//! room, a "Top." is what whisper wrote); and never a stretch of what the voice said ("laptop"
+//! come back as "Top.").
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::config::Language;
 
@@ -48,6 +50,8 @@ pub struct SoundAlike {
     /// Made on first use: `None` where espeak-ng could not say them (then nothing is heard by
     /// its sound).
     known: OnceLock<Option<Known>>,
+    /// The answers' phonemes, as last asked for.
+    answers: Mutex<Option<(String, Vec<char>)>>,
 }
 
 struct Known {
@@ -76,12 +80,21 @@ impl SoundAlike {
             voice: language.espeak_voice(),
             phrases: super::heard::stop_phrases(language),
             known: OnceLock::new(),
+            answers: Mutex::new(None),
         })
     }
 
     /// The stop phrase `text` sounds like, said over the voice, if any (see the module's
-    /// comment). Blocking: runs espeak-ng (~10 ms), and the first time once more for the phrases.
-    pub fn stop(&self, text: &str) -> Option<String> {
+    /// comment): `held_back` where the canceller was taking the voice out of the utterance (so
+    /// it may have held back its first sound: with headphones it never does), `answers` what
+    /// the voice is saying or just said (a stop that is one of their words, by its sound, is the
+    /// voice's own). Blocking: runs espeak-ng (~10 ms; the first time once more for the
+    /// phrases, and once more for the answers where a stop is found).
+    pub fn stop(&self, text: &str, held_back: bool, answers: &[String]) -> Option<String> {
+        // Whisper heard a question ("Does this stop?"): a stop is a command.
+        if text.trim_end().ends_with(['?', '？']) {
+            return None;
+        }
         let said = super::heard::words(text);
         if said.is_empty() || said.len() > AT_MOST_WORDS {
             return None;
@@ -89,36 +102,69 @@ impl SoundAlike {
         let known = self.known()?;
         let sounds = self.phonemes(&said)?;
         for address in 0..=ADDRESS_AT_MOST_WORDS.min(said.len() - 1) {
-            if address > 0 && !sounds_like(&sounds[..address].concat(), &known.name) {
+            if address > 0 && !sounds_like_the_name(&sounds[..address].concat(), &known.name) {
                 continue;
             }
             let rest = &said[address..];
-            if address > 0 && super::heard::is_stop(rest) {
-                return Some(rest.join(" "));
-            }
             let heard = sounds[address..].concat();
-            if let Some((phrase, _)) = known
+            let found = known
                 .phrases
                 .iter()
-                .find(|(_, phrase)| *phrase == heard || onset_lost(phrase, &heard))
-            {
-                return Some(phrase.to_string());
-            }
+                .find(|(_, phrase)| *phrase == heard || (held_back && onset_lost(phrase, &heard)));
             // The voice's residue before the onset written as a word that took the phrase's
-            // first sound: "It's top talking.", "Let's top it." The sound goes back.
-            if rest.len() >= 2 && rest[0].ends_with("'s") {
+            // first sound: "It's top talking.", "Let's top it." The sound goes back (not for a
+            // lone "top": "It's top." is praise).
+            let found = found.or_else(|| {
+                if !(held_back && rest.len() >= 3 && matches!(rest[0].as_str(), "it's" | "let's")) {
+                    return None;
+                }
                 let restored: Vec<char> = sounds[address]
                     .last()
                     .into_iter()
                     .copied()
                     .chain(sounds[address + 1..].concat())
                     .collect();
-                if let Some((phrase, _)) = known.phrases.iter().find(|(_, p)| *p == restored) {
-                    return Some(phrase.to_string());
+                known.phrases.iter().find(|(_, phrase)| *phrase == restored)
+            });
+            if let Some((phrase, _)) = found {
+                if self.said_by_the_voice(&heard, phrase, answers) {
+                    return None;
                 }
+                return Some(phrase.to_string());
             }
         }
         None
+    }
+
+    /// Whether `heard` (phonemes) is a stretch of what the voice said, or `phrase` one of its
+    /// words: an answer's "laptop" whose residue whisper wrote "Top.", its "quiet" come back as
+    /// "Wyatt".
+    fn said_by_the_voice(&self, heard: &[char], phrase: &str, answers: &[String]) -> bool {
+        let phrase = super::heard::words(phrase);
+        if answers.iter().any(|answer| {
+            let answer = super::heard::words(answer);
+            phrase.iter().all(|w| answer.contains(w))
+        }) {
+            return true;
+        }
+        let text = answers.join("\n");
+        if text.trim().is_empty() {
+            return false;
+        }
+        let mut said = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        if said.as_ref().is_none_or(|(of, _)| *of != text) {
+            let sounds = self
+                .phonemes_of_text(&text)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            *said = Some((text, sounds));
+        }
+        let sounds = said
+            .as_ref()
+            .map(|(_, sounds)| sounds.as_slice())
+            .unwrap_or(&[]);
+        sounds.windows(heard.len().max(1)).any(|w| w == heard)
     }
 
     fn known(&self) -> Option<&Known> {
@@ -136,19 +182,28 @@ impl SoundAlike {
             .as_ref()
     }
 
+    /// The phonemes of running text, every clause's run together.
+    fn phonemes_of_text(&self, text: &str) -> Option<Vec<char>> {
+        let ipa = self.espeak(text)?;
+        Some(phonemes_of(&String::from_utf8_lossy(&ipa)))
+    }
+
+    fn espeak(&self, input: &str) -> Option<Vec<u8>> {
+        super::tts::run_espeak(
+            &self.program,
+            &["-q", "--ipa", "-v", self.voice],
+            input,
+            " to hear a stop by its sound",
+        )
+        .map_err(|err| tracing::debug!(%err, "a stop cannot be heard by its sound"))
+        .ok()
+    }
+
     /// The phonemes of each of `lines` (words or phrases without punctuation), as espeak-ng
     /// says them in this language; `None` where it cannot be run or says them in more or fewer
     /// lines than it was given.
     fn phonemes(&self, lines: &[String]) -> Option<Vec<Vec<char>>> {
-        let input = lines.join("\n") + "\n";
-        let ipa = super::tts::run_espeak(
-            &self.program,
-            &["-q", "--ipa", "-v", self.voice],
-            &input,
-            " to hear a stop by its sound",
-        )
-        .map_err(|err| tracing::debug!(%err, "a stop cannot be heard by its sound"))
-        .ok()?;
+        let ipa = self.espeak(&(lines.join("\n") + "\n"))?;
         let out: Vec<Vec<char>> = String::from_utf8_lossy(&ipa)
             .lines()
             .filter(|line| !line.trim().is_empty())
@@ -181,9 +236,17 @@ fn onset_lost(phrase: &[char], heard: &[char]) -> bool {
     })
 }
 
-/// Whether `address` sounds like `name` (see [`ADDRESS_AT_MOST_PER_PHONEME`]).
-fn sounds_like(address: &[char], name: &[char]) -> bool {
-    distance(address, name) <= ADDRESS_AT_MOST_PER_PHONEME * name.len() as f32
+/// Whether `address` sounds like `name`: it begins as the name's stressed syllable does ("jar",
+/// "dar", "char"), and is at most [`ADDRESS_AT_MOST_PER_PHONEME`] from it. ("Does this", "John
+/// is", "Marcus" are not.)
+fn sounds_like_the_name(address: &[char], name: &[char]) -> bool {
+    let vowel = match address {
+        ['d' | 't', 'ʒ' | 'ʃ', rest @ ..] => rest,
+        ['d' | 'j' | 'ʒ', rest @ ..] => rest,
+        _ => return false,
+    };
+    matches!(vowel, ['ɑ' | 'æ' | 'a', 'ɹ' | 'r' | 'ɾ' | 'ʁ' | 'ɐ', ..])
+        && distance(address, name) <= ADDRESS_AT_MOST_PER_PHONEME * name.len() as f32
 }
 
 /// Edits from `a` to `b`: a sound added or dropped costs 1, one sound for another 1, but half
@@ -235,6 +298,11 @@ mod tests {
         SoundAlike::new(Language::En).unwrap()
     }
 
+    /// What `heard` is, said over the voice where the canceller held its onset back.
+    fn over_the_voice(alike: &SoundAlike, heard: &str) -> Option<String> {
+        alike.stop(heard, true, &[])
+    }
+
     #[test]
     fn a_stop_whose_first_consonants_were_lost_under_the_voice_is_heard_by_its_sound() {
         let alike = english();
@@ -248,7 +316,18 @@ mod tests {
             ("It's top talking.", "stop talking"),
             ("Let's top it.", "stop it"),
         ] {
-            assert_eq!(alike.stop(heard).as_deref(), Some(stop), "{heard}");
+            assert_eq!(
+                over_the_voice(&alike, heard).as_deref(),
+                Some(stop),
+                "{heard}"
+            );
+            // Where nothing was held back (headphones: no canceller at work), the words are
+            // what whisper wrote.
+            assert_eq!(
+                alike.stop(heard, false, &[]),
+                None,
+                "{heard}, nothing held back"
+            );
         }
     }
 
@@ -258,12 +337,14 @@ mod tests {
         for heard in [
             "Jaram is stop",
             "Darn this, stop!",
-            "Travis, stop.",
             "Jarvis, top.",
             "Jar of his top.",
+            "JARBIST STOP",
         ] {
-            assert!(alike.stop(heard).is_some(), "{heard}");
+            assert!(over_the_voice(&alike, heard).is_some(), "{heard}");
         }
+        // The name misheard is whisper's doing, not the room's: heard so with headphones too.
+        assert!(alike.stop("Jaram is stop", false, &[]).is_some());
     }
 
     #[test]
@@ -287,18 +368,56 @@ mod tests {
             "It's top secret.",
             "Let's stop here.",
             "It's quiet.",
+            // Questions, as whisper punctuates them, and other people's names.
+            "Top?",
+            "Does this stop?",
+            "Did this stop.",
+            "Does this cancel?",
+            "Just this, stop.",
+            "John is quiet.",
+            "Jack is quiet.",
+            "Marcus, stop it.",
+            "George, quiet!",
+            // "It's top." is praise: the residue's word takes the first sound only of more.
+            "It's top.",
+            "That's top.",
+            "What's top?",
+            "Let's top.",
         ] {
-            assert_eq!(alike.stop(heard), None, "{heard}");
+            assert_eq!(over_the_voice(&alike, heard), None, "{heard}");
         }
+    }
+
+    #[test]
+    fn a_word_of_the_answer_come_back_is_not_a_stop_however_it_was_written() {
+        let alike = english();
+        let answers = ["Put the file on your laptop, then open it.".to_string()];
+        assert_eq!(alike.stop("Top.", true, &answers), None, "laptop's end");
+        let answers = ["The library asks you to keep quiet.".to_string()];
+        assert_eq!(
+            alike.stop("Wyatt.", true, &answers),
+            None,
+            "quiet, said by the voice"
+        );
+        let answers = ["Paris is the capital of France.".to_string()];
+        assert_eq!(alike.stop("Top.", true, &answers).as_deref(), Some("stop"));
     }
 
     #[test]
     fn in_german_a_stopp_without_its_first_sound_is_a_stop_and_chinese_is_not_compared_by_sound() {
         let german = SoundAlike::new(Language::De).unwrap();
-        assert_eq!(german.stop("Top!").as_deref(), Some("stopp"));
-        assert_eq!(german.stop("Hör auf.").as_deref(), Some("hör auf"));
-        assert_eq!(german.stop("Tschüss."), None);
-        assert_eq!(german.stop("Wo ist der Bahnhof?"), None);
+        assert_eq!(german.stop("Top!", true, &[]).as_deref(), Some("stopp"));
+        assert_eq!(
+            german.stop("Top!", false, &[]),
+            None,
+            "praise, where nothing was held back"
+        );
+        assert_eq!(
+            german.stop("Hör auf.", false, &[]).as_deref(),
+            Some("hör auf")
+        );
+        assert_eq!(german.stop("Tschüss.", true, &[]), None);
+        assert_eq!(german.stop("Wo ist der Bahnhof?", true, &[]), None);
         assert!(SoundAlike::new(Language::Zh).is_none());
         assert!(SoundAlike::new(Language::ZhHant).is_none());
     }
@@ -309,7 +428,7 @@ mod tests {
             program: "/nonexistent/espeak-ng".into(),
             ..english()
         };
-        assert_eq!(alike.stop("Top talking."), None);
+        assert_eq!(alike.stop("Top talking.", true, &[]), None);
     }
 
     #[test]

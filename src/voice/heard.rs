@@ -328,7 +328,7 @@ fn phrase_in(said: &[String], phrases: &[&str]) -> bool {
 }
 
 /// Whether `said` (its [`words`]) is a stop phrase of any language, said alone.
-pub(super) fn is_stop(said: &[String]) -> bool {
+fn is_stop(said: &[String]) -> bool {
     STOPS.iter().any(|phrases| phrase_in(said, phrases))
 }
 

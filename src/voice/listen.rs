@@ -475,7 +475,7 @@ impl Listener {
         if heard == Heard::Question
             && self.began_while_speaking
             && utterance.voiced_frames <= STOP_AT_MOST_VOICED
-            && self.stop_by_its_sound(&text, &answers)
+            && self.stop_by_its_sound(&text, &utterance, &answers)
         {
             heard = Heard::Stop;
         }
@@ -558,23 +558,28 @@ impl Listener {
         if holds_wake_word {
             text = after_wake_word(&text);
         }
-        let stop = match classify(&text, context) {
-            Heard::Stop => true,
-            Heard::Question => self.stop_by_its_sound(&text, context.recent_answers),
-            _ => false,
-        } && !words(&text).iter().any(|w| first.contains(w))
+        // (Not by its sound: gating takes out a person's first sounds as the canceller does, so
+        // "Don't stop." heard again as "Top." would be one.)
+        let stop = classify(&text, context) == Heard::Stop
+            && !words(&text).iter().any(|w| first.contains(w))
             && !spoken_by_the_voice(&text, context.recent_answers);
         Ok(stop.then_some(text))
     }
 
-    /// Whether `text`, said over the voice, sounds like a stop whisper wrote as other words (see
-    /// [`SoundAlike`]) — and is not made of words of the answer being spoken, which came
-    /// through ("…at the top").
-    fn stop_by_its_sound(&self, text: &str, answers: &[String]) -> bool {
+    /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as
+    /// other words (see [`SoundAlike`]): a first sound lost only where the canceller was at
+    /// work on it, and never words of the answer being spoken, which came through ("…at the
+    /// top").
+    fn stop_by_its_sound(&self, text: &str, utterance: &Utterance, answers: &[String]) -> bool {
         if spoken_by_the_voice(text, answers) {
             return false;
         }
-        let Some(stop) = self.alike.as_ref().and_then(|alike| alike.stop(text)) else {
+        let held_back = utterance.voice_free.iter().any(|share| *share < 1.0);
+        let Some(stop) = self
+            .alike
+            .as_ref()
+            .and_then(|alike| alike.stop(text, held_back, answers))
+        else {
             return false;
         };
         tracing::debug!(stop, "a stop said over the voice, heard by its sound");
