@@ -127,7 +127,10 @@ impl SoundAlike {
                 known.phrases.iter().find(|(_, phrase)| *phrase == restored)
             });
             if let Some((phrase, _)) = found {
-                if self.said_by_the_voice(&heard, phrase, answers) {
+                // (An address is the person's, whatever the answer says: "Jaram is stop" over
+                // an answer that says "press stop" is theirs.)
+                let alone = (address == 0).then_some(*phrase);
+                if self.said_by_the_voice(&sounds.concat(), alone, answers) {
                     return None;
                 }
                 return Some(phrase.to_string());
@@ -136,35 +139,30 @@ impl SoundAlike {
         None
     }
 
-    /// Whether `heard` (phonemes) is a stretch of what the voice said, or `phrase` one of its
-    /// words: an answer's "laptop" whose residue whisper wrote "Top.", its "quiet" come back as
-    /// "Wyatt".
-    fn said_by_the_voice(&self, heard: &[char], phrase: &str, answers: &[String]) -> bool {
-        let phrase = super::heard::words(phrase);
-        if answers.iter().any(|answer| {
-            let answer = super::heard::words(answer);
-            phrase.iter().all(|w| answer.contains(w))
-        }) {
-            return true;
+    /// Whether `heard` (the transcript's phonemes) is a stretch of what the voice said, or the
+    /// stop `phrase` it was heard as alone one of its words: an answer's "laptop" whose end
+    /// whisper wrote "Top.", its "quiet" come back as "Wyatt".
+    fn said_by_the_voice(&self, heard: &[char], phrase: Option<&str>, answers: &[String]) -> bool {
+        if let Some(phrase) = phrase {
+            let phrase = super::heard::words(phrase);
+            if answers.iter().any(|answer| {
+                let answer = super::heard::words(answer);
+                phrase.iter().all(|w| answer.contains(w))
+            }) {
+                return true;
+            }
         }
         let text = answers.join("\n");
-        if text.trim().is_empty() {
+        if text.trim().is_empty() || heard.is_empty() {
             return false;
         }
         let mut said = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         if said.as_ref().is_none_or(|(of, _)| *of != text) {
-            let sounds = self
-                .phonemes_of_text(&text)
-                .unwrap_or_default()
-                .into_iter()
-                .collect();
+            let sounds = self.phonemes_of_text(&text).unwrap_or_default();
             *said = Some((text, sounds));
         }
-        let sounds = said
-            .as_ref()
-            .map(|(_, sounds)| sounds.as_slice())
-            .unwrap_or(&[]);
-        sounds.windows(heard.len().max(1)).any(|w| w == heard)
+        said.as_ref()
+            .is_some_and(|(_, sounds)| sounds.windows(heard.len()).any(|w| w == heard))
     }
 
     fn known(&self) -> Option<&Known> {
@@ -401,6 +399,13 @@ mod tests {
         );
         let answers = ["Paris is the capital of France.".to_string()];
         assert_eq!(alike.stop("Top.", true, &answers).as_deref(), Some("stop"));
+        // An answer that says "stop" makes a lone "Top." its own, not the person's address.
+        let answers = ["To pause the video, press stop.".to_string()];
+        assert_eq!(alike.stop("Top.", true, &answers), None);
+        assert_eq!(
+            alike.stop("Jaram is stop.", true, &answers).as_deref(),
+            Some("stop")
+        );
     }
 
     #[test]
