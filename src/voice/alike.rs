@@ -17,6 +17,7 @@
 //! room, a "Top." is what whisper wrote); and never a stretch of what the voice said ("laptop"
 //! come back as "Top.").
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::config::Language;
@@ -47,9 +48,10 @@ pub struct SoundAlike {
     program: String,
     voice: &'static str,
     phrases: &'static [&'static str],
-    /// Made on first use: `None` where espeak-ng could not say them (then nothing is heard by
-    /// its sound).
-    known: OnceLock<Option<Known>>,
+    /// Made on first use (until espeak-ng can say them, nothing is heard by its sound).
+    known: OnceLock<Known>,
+    /// Whether it was told, once, that espeak-ng cannot be run.
+    warned: AtomicBool,
     /// The answers' phonemes, as last asked for.
     answers: Mutex<Option<(String, Vec<char>)>>,
 }
@@ -80,6 +82,7 @@ impl SoundAlike {
             voice: language.espeak_voice(),
             phrases: super::heard::stop_phrases(language),
             known: OnceLock::new(),
+            warned: AtomicBool::new(false),
             answers: Mutex::new(None),
         })
     }
@@ -165,19 +168,22 @@ impl SoundAlike {
             .is_some_and(|(_, sounds)| sounds.windows(heard.len()).any(|w| w == heard))
     }
 
+    /// The phrases' and the name's sounds, made the first time espeak-ng can say them (a
+    /// failure is not kept: espeak-ng installed later, or a spawn that failed once, is tried
+    /// again at the next short utterance over the voice).
     fn known(&self) -> Option<&Known> {
-        self.known
-            .get_or_init(|| {
-                let mut lines: Vec<String> = self.phrases.iter().map(|p| p.to_string()).collect();
-                lines.push(NAME.into());
-                let mut sounds = self.phonemes(&lines)?;
-                let name = sounds.pop()?;
-                Some(Known {
-                    phrases: self.phrases.iter().copied().zip(sounds).collect(),
-                    name,
-                })
-            })
-            .as_ref()
+        if let Some(known) = self.known.get() {
+            return Some(known);
+        }
+        let mut lines: Vec<String> = self.phrases.iter().map(|p| p.to_string()).collect();
+        lines.push(NAME.into());
+        let mut sounds = self.phonemes(&lines)?;
+        let name = sounds.pop()?;
+        let known = Known {
+            phrases: self.phrases.iter().copied().zip(sounds).collect(),
+            name,
+        };
+        Some(self.known.get_or_init(|| known))
     }
 
     /// The phonemes of running text, every clause's run together.
@@ -193,7 +199,11 @@ impl SoundAlike {
             input,
             " to hear a stop by its sound",
         )
-        .map_err(|err| tracing::debug!(%err, "a stop cannot be heard by its sound"))
+        .map_err(|err| {
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(%err, "stops said over the voice are heard only as written");
+            }
+        })
         .ok()
     }
 
@@ -428,12 +438,18 @@ mod tests {
     }
 
     #[test]
-    fn without_espeak_ng_nothing_is_heard_by_its_sound() {
-        let alike = SoundAlike {
+    fn without_espeak_ng_nothing_is_heard_by_its_sound_until_it_can_be_run() {
+        let mut alike = SoundAlike {
             program: "/nonexistent/espeak-ng".into(),
             ..english()
         };
         assert_eq!(alike.stop("Top talking.", true, &[]), None);
+        // Installed since: heard at the next utterance, not once the microphone reopens.
+        alike.program = "espeak-ng".into();
+        assert_eq!(
+            alike.stop("Top talking.", true, &[]).as_deref(),
+            Some("stop talking")
+        );
     }
 
     #[test]
