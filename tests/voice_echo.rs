@@ -287,6 +287,56 @@ async fn listen_with_playback_hears_no_utterance_in_its_own_voice_and_reports_th
     assert!(err.contains("played.wav"), "{err}");
 }
 
+/// The three checks in a room through `jarvis listen --playback` on a WAV pair: its own
+/// voice opens nothing (above), and a question and a stop said over it (the voice lowered as the
+/// loop lowers it) come out as one line each, with their words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_with_playback_hears_a_question_and_a_stop_said_over_the_voice() {
+    let dir = Dir::new();
+    let answer = speech(ANSWER).samples;
+    let question = fixtures::said("What is the weather like in Paris tomorrow?", 0).unwrap();
+    let stop = fixtures::said("Stop it.", 0).unwrap();
+    let (asked, stopped) = (6 * SAMPLE_RATE as usize, 14 * SAMPLE_RATE as usize);
+    let played = ducked(&ducked(&answer, asked, question.len()), stopped, stop.len());
+    let mut mic = Room::default().hear(&played);
+    mix_into(&mut mic, &question, asked);
+    mix_into(&mut mic, &stop, stopped);
+    let (mic_wav, played_wav) = (dir.path().join("mic.wav"), dir.path().join("played.wav"));
+    let wav = |samples: Vec<f32>| {
+        Clip {
+            samples,
+            rate: SAMPLE_RATE,
+        }
+        .to_wav_bytes()
+    };
+    std::fs::write(&mic_wav, wav(mic)).unwrap();
+    std::fs::write(&played_wav, wav(played)).unwrap();
+    let mut cmd = jarvis(&dir);
+    cmd.env("JARVIS_DATA_DIR", model_dir().parent().unwrap());
+    cmd.args(["listen", "--wav", mic_wav.to_str().unwrap()]);
+    cmd.args(["--playback", played_wav.to_str().unwrap()]);
+    let (code, out, err) = output_within(SLOW, &mut cmd).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let said = |line: &serde_json::Value| {
+        (
+            line["heard"].as_str().unwrap_or_default().to_string(),
+            line["text"].as_str().unwrap_or_default().to_lowercase(),
+        )
+    };
+    let heard: Vec<(String, String)> = lines.iter().map(said).collect();
+    assert_eq!(heard.len(), 2, "{out}");
+    assert_eq!(heard[0].0, "question", "{out}");
+    assert!(
+        heard[0].1.contains("weather") && heard[0].1.contains("tomorrow"),
+        "{out}"
+    );
+    assert_eq!(heard[1].0, "stop", "{out}");
+}
+
 /// The answer, and a microphone that hears nothing of it (headphones) but the user asking a
 /// question two seconds into it.
 fn headphones_with_a_question() -> (Vec<f32>, Vec<f32>) {
