@@ -18,7 +18,7 @@
 //! come back as "Top.").
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::config::Language;
 
@@ -52,8 +52,6 @@ pub struct SoundAlike {
     known: OnceLock<Known>,
     /// Whether it was told, once, that espeak-ng cannot be run.
     warned: AtomicBool,
-    /// The answers' phonemes, as last asked for.
-    answers: Mutex<Option<(String, Vec<char>)>>,
 }
 
 struct Known {
@@ -83,7 +81,6 @@ impl SoundAlike {
             phrases: super::heard::stop_phrases(language),
             known: OnceLock::new(),
             warned: AtomicBool::new(false),
-            answers: Mutex::new(None),
         })
     }
 
@@ -155,17 +152,13 @@ impl SoundAlike {
                 return true;
             }
         }
+        // (Said only where a stop was found: a rare moment, for an answer that has grown since.)
         let text = answers.join("\n");
         if text.trim().is_empty() || heard.is_empty() {
             return false;
         }
-        let mut said = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-        if said.as_ref().is_none_or(|(of, _)| *of != text) {
-            let sounds = self.phonemes_of_text(&text).unwrap_or_default();
-            *said = Some((text, sounds));
-        }
-        said.as_ref()
-            .is_some_and(|(_, sounds)| sounds.windows(heard.len()).any(|w| w == heard))
+        self.phonemes_of_text(&text)
+            .is_some_and(|sounds| sounds.windows(heard.len()).any(|w| w == heard))
     }
 
     /// The phrases' and the name's sounds, made the first time espeak-ng can say them (a

@@ -332,8 +332,8 @@ fn is_stop(said: &[String]) -> bool {
     STOPS.iter().any(|phrases| phrase_in(said, phrases))
 }
 
-/// The stop phrases of `language` (English's for English and any other language whose phrases
-/// are not words: Chinese's are characters).
+/// The stop phrases of `language` alone (English's for English, and for `auto` resolved to no
+/// other).
 pub(super) fn stop_phrases(language: Language) -> &'static [&'static str] {
     match language.resolved() {
         Language::De => STOPS_DE,

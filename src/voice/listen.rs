@@ -166,7 +166,7 @@ pub struct Listener {
     ahead_on: bool,
     /// The language's stop phrases by their sound, for what is said over the voice (none in
     /// Chinese).
-    alike: Option<Arc<SoundAlike>>,
+    alike: Option<SoundAlike>,
 }
 
 /// A transcription started ahead of the pause, on a thread of its own, of the open utterance
@@ -223,13 +223,13 @@ impl Listener {
             asked: None,
             ahead: None,
             ahead_on: true,
-            alike: SoundAlike::new(Language::En).map(Arc::new),
+            alike: SoundAlike::new(Language::En),
         }
     }
 
     /// Hears stops said over the voice by their sound in `language` (English unless told).
     pub fn with_language(mut self, language: Language) -> Listener {
-        self.alike = SoundAlike::new(language).map(Arc::new);
+        self.alike = SoundAlike::new(language);
         self
     }
 
