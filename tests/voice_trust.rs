@@ -594,14 +594,15 @@ fn speech_to_text_gets_ready_as_the_person_begins_to_speak_not_at_the_pause() {
         .expect("speech-to-text asked to get ready while the person speaks");
 }
 
-/// What a listener that hears `text` from whisper makes of "Stop talking." said, over Jarvis's
-/// voice or not, in `language`; `held_back` where the canceller was at work on it (the voice
-/// ringing: a share of each frame its residue).
-fn heard_as(
+/// What a listener that hears `text` from whisper, in `language`, makes of `said` over
+/// Jarvis's voice saying `answer` or not (`over_the_voice`), each frame as the canceller told of
+/// it: a share `voice_free` of it not the voice's residue, and `echo_unknown` where it let the
+/// frame through as it was heard, not knowing yet whether the voice comes back.
+fn heard_over(
     text: &'static str,
-    over_the_voice: bool,
-    held_back: bool,
     language: Language,
+    (answer, said, over_the_voice): (&str, &str, bool),
+    (voice_free, echo_unknown): (f32, bool),
 ) -> Vec<(Heard, String)> {
     let shared = Shared::default();
     let mut listener = Listener::new(
@@ -612,18 +613,16 @@ fn heard_as(
         shared.clone(),
     )
     .with_language(language);
-    shared.said(
-        true,
-        "Paris is the capital of France, and its largest city.",
-    );
+    shared.said(true, answer);
     shared.set_speaking(over_the_voice);
     let mut heard = Vec::new();
-    let said = samples("Stop talking.");
+    let said = samples(said);
     for frame in jarvis::voice::audio::frames_of(&[said.as_slice(), &[0; 16_000]].concat()) {
         let judged = jarvis::voice::audio::EchoJudged {
             residue: false,
             linear: frame.clone(),
-            voice_free: if held_back { 0.6 } else { 1.0 },
+            voice_free,
+            echo_unknown,
         };
         for event in listener.push_judged(&frame, Some(&judged)).unwrap() {
             if let ListenEvent::Heard(report) = event {
@@ -632,6 +631,66 @@ fn heard_as(
         }
     }
     heard
+}
+
+/// What a listener that hears `text` from whisper makes of "Stop talking." said, over Jarvis's
+/// voice or not, in `language`; `held_back` where the canceller was at work on it (the voice
+/// ringing: a share of each frame its residue).
+fn heard_as(
+    text: &'static str,
+    over_the_voice: bool,
+    held_back: bool,
+    language: Language,
+) -> Vec<(Heard, String)> {
+    let answer = "Paris is the capital of France, and its largest city.";
+    let voice_free = if held_back { 0.6 } else { 1.0 };
+    heard_over(
+        text,
+        language,
+        (answer, "Stop talking.", over_the_voice),
+        (voice_free, false),
+    )
+}
+
+/// What a listener that hears `text` from whisper makes of something said over Jarvis's voice
+/// ("Hello. I am Jarvis, and I am listening.") where the canceller let the microphone through as
+/// it was heard, not knowing yet whether the voice comes back (`echo_unknown`), or at work.
+fn heard_before_the_room_is_known(text: &'static str, echo_unknown: bool) -> Vec<(Heard, String)> {
+    let answer = "Hello. I am Jarvis, and I am listening.";
+    heard_over(
+        text,
+        Language::En,
+        (answer, "Hello, I am Jarvis.", true),
+        (1.0, echo_unknown),
+    )
+}
+
+/// The opening of the first answer a canceller plays on a microphone goes through as it was
+/// heard (whether the voice comes back is not yet known): one or two words of the answer whisper
+/// wrote from it — "Hello?" for its "Hello.", too short for the echo filter — are its own voice,
+/// not a question Jarvis would answer. Once the canceller is at work, they are the person's; and
+/// a sentence of the person's is theirs either way, however many of its words the answer has.
+#[test]
+fn words_of_its_answer_heard_before_the_canceller_knows_the_room_are_its_own_voice() {
+    for text in ["Hello?", "Jarvis, listening?"] {
+        assert_eq!(
+            heard_before_the_room_is_known(text, true),
+            vec![(Heard::Echo, text.to_string())],
+            "{text}"
+        );
+        assert_eq!(
+            heard_before_the_room_is_known(text, false),
+            vec![(Heard::Question, text.to_string())],
+            "{text}, the canceller at work"
+        );
+    }
+    for text in ["What time is it?", "I am listening to music, Jarvis."] {
+        assert_eq!(
+            heard_before_the_room_is_known(text, true),
+            vec![(Heard::Question, text.to_string())],
+            "{text}"
+        );
+    }
 }
 
 /// Over the voice the echo canceller holds back a word's first moments, and whisper tiny.en

@@ -198,6 +198,10 @@ pub struct EchoJudged {
     /// leave of the echo alone. Scaled by it (as an amplitude gain, which gates harder), the
     /// frame is heard a second time without most of the voice's words (see `Listener`).
     pub voice_free: f32,
+    /// It went through as it was heard, because the canceller, having played Jarvis's voice,
+    /// does not yet know whether that voice comes back into this microphone (the first second
+    /// or so of the first answer it ever plays): any echo in it is still in it.
+    pub echo_unknown: bool,
 }
 
 impl Capture {

@@ -300,14 +300,16 @@ pub struct Cancelled {
 }
 
 impl Cancelled {
-    /// A frame that goes through as it was heard.
-    fn as_heard(capture: &[i16]) -> Cancelled {
+    /// A frame that goes through as it was heard (`echo_unknown`: whatever echo is in it, not
+    /// knowing whether any comes back).
+    fn as_heard(capture: &[i16], echo_unknown: bool) -> Cancelled {
         Cancelled {
             frame: capture.to_vec(),
             judged: EchoJudged {
                 residue: false,
                 linear: capture.to_vec(),
                 voice_free: 1.0,
+                echo_unknown,
             },
         }
     }
@@ -703,11 +705,12 @@ impl Canceller {
         let (out, linear) = self.aec.process(capture, played);
         match self.judge.push(capture, played) {
             // (The canceller runs on, ready for the day the speaker is heard again.)
-            EchoPath::Absent => return Cancelled::as_heard(capture),
+            EchoPath::Absent => return Cancelled::as_heard(capture, false),
             // Until it is known whether the voice comes back (a second or two into the first
             // answer it ever speaks), what is heard is listened to as it is, as before there was
-            // a canceller: AEC3 would hold back the words of a person with headphones.
-            EchoPath::Unknown => return Cancelled::as_heard(capture),
+            // a canceller: AEC3 would hold back the words of a person with headphones. (The
+            // listener then knows a word of the answer heard for what it may be: the voice.)
+            EchoPath::Unknown => return Cancelled::as_heard(capture, self.heard_voice),
             EchoPath::Present => {}
         }
         let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
@@ -758,6 +761,7 @@ impl Canceller {
                 residue,
                 linear,
                 voice_free,
+                echo_unknown: false,
             },
         }
     }

@@ -284,11 +284,49 @@ pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
     if said.len() < least {
         return false;
     }
+    let said = spelled_out(said);
     recent_answers.iter().any(|answer| {
-        let edits = edits_to_a_stretch(said, &words(answer));
+        let edits = edits_to_a_stretch(&said, &spelled_out(&words(answer)));
         let matched = said.len().saturating_sub(edits);
         matched >= least && matched * 5 >= said.len() * 4
     })
+}
+
+/// `said` with English contractions spelled out ("i'm" → "i am", "don't" → "do not"), as
+/// whisper writes either for the other: compared this way, an answer and what was heard of it
+/// match word for word.
+fn spelled_out(said: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(said.len());
+    for word in said {
+        let split = match word.as_str() {
+            "can't" | "cannot" => Some(("can", "not")),
+            "won't" => Some(("will", "not")),
+            "let's" => Some(("let", "us")),
+            _ => [
+                ("n't", "not"),
+                ("'m", "am"),
+                ("'re", "are"),
+                ("'ve", "have"),
+                ("'ll", "will"),
+                ("'d", "would"),
+                ("'s", "is"),
+            ]
+            .into_iter()
+            .find_map(|(ending, spelled)| {
+                word.strip_suffix(ending)
+                    .filter(|stem| !stem.is_empty())
+                    .map(|stem| (stem, spelled))
+            }),
+        };
+        match split {
+            Some((first, second)) => {
+                out.push(first.to_string());
+                out.push(second.to_string());
+            }
+            None => out.push(word.clone()),
+        }
+    }
+    out
 }
 
 /// The shortest run of words that `said` is made of, said over and over ("never mind never
@@ -620,6 +658,28 @@ mod tests {
         assert_eq!(
             classify("the capital of France is Paris", &quiet),
             Heard::Question
+        );
+    }
+
+    #[test]
+    fn its_own_voice_written_with_contractions_is_still_its_own_voice() {
+        let answers = vec!["Hello. I am Jarvis, and I am listening.".to_string()];
+        let speaking = HeardContext {
+            began_while_speaking: true,
+            recent_answers: &answers,
+            wake_conversation: false,
+        };
+        // Whisper wrote "I am" as "I'm", and misheard the name: one word in seven.
+        assert_eq!(
+            classify("I'm sorry, and I'm listening.", &speaking),
+            Heard::Echo
+        );
+        let answers = vec!["I can't say, and it won't rain today.".to_string()];
+        let said = words("I cannot say, and it will not rain today.");
+        assert!(is_echo(&said, &answers));
+        assert_eq!(
+            spelled_out(&words("Let's go, they're here; Eiffel's tower isn't.")),
+            words("let us go they are here eiffel is tower is not")
         );
     }
 }

@@ -152,6 +152,10 @@ pub struct Listener {
     frame_index: u64,
     /// The open utterance began while Jarvis spoke.
     began_while_speaking: bool,
+    /// The last moment (ms) a frame went through as it was heard because the canceller did not
+    /// yet know whether Jarvis's voice comes back into the microphone (see
+    /// [`EchoJudged::echo_unknown`]).
+    heard_as_is_ms: Option<u64>,
     /// The open utterance carries the wake word.
     holds_wake_word: bool,
     /// Judges whether a pause ends the turn.
@@ -218,6 +222,7 @@ impl Listener {
             shared,
             frame_index: 0,
             began_while_speaking: false,
+            heard_as_is_ms: None,
             holds_wake_word: false,
             turn: TurnJudge::default(),
             asked: None,
@@ -282,6 +287,9 @@ impl Listener {
             shown * 0.8 + level * 0.2
         });
         self.frame_index += 1;
+        if judged.is_some_and(|j| j.echo_unknown) {
+            self.heard_as_is_ms = Some(now_ms);
+        }
         let mut out = Vec::new();
         if self.mode == ListenMode::Wake && !self.shared.awake() {
             if let Some(wake) = &mut self.wake {
@@ -485,6 +493,24 @@ impl Listener {
             {
                 (heard, text) = (Heard::Stop, stop);
             }
+        }
+        if matches!(heard, Heard::Question | Heard::Stop | Heard::Goodbye)
+            && self.began_while_speaking
+            && self
+                .heard_as_is_ms
+                .is_some_and(|ms| ms >= utterance.start_ms)
+            && words(&text).len() <= MISHEARD_AT_MOST_WORDS
+            && spoken_by_the_voice(&text, &answers)
+        {
+            // Heard while the canceller did not yet know whether the voice comes back (the
+            // opening of the first answer it plays on a microphone), and only words of the answer
+            // ("Hello." come back as "Hello?"), one or two, too short for the echo filter: its
+            // own voice, which would be asked as a question, or stop itself. (Longer, it is
+            // the echo filter's to judge: a person's question on the answer's subject, said
+            // over its first second — "What is the capital of Germany?" over "Paris is the
+            // capital of France." — shares most of its words with it.)
+            tracing::debug!("words of its answer heard before the canceller knew the room: echo");
+            heard = Heard::Echo;
         }
         if heard == Heard::Stop && brief && spoken_by_the_voice(&text, &answers) {
             // Too short for the echo filter (3 words): a word of the answer that came through
