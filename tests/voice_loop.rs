@@ -1538,6 +1538,142 @@ async fn on_speakers_in_a_room_its_own_thirty_second_answer_neither_ducks_it_nor
     assert_eq!(rig.replies().await.len(), replies_before + 1);
 }
 
+/// What a user says in one of espeak-ng's voices ([`fixtures::said`]).
+fn said_by(text: &str, variant: usize) -> Clip {
+    Clip {
+        samples: fixtures::said(text, variant).expect("espeak-ng makes the fixture"),
+        rate: SAMPLE_RATE,
+    }
+}
+
+/// A loop on speakers in the laptop's room ([`Room::default`]) whose microphone it knows to hear
+/// its voice (`rooms.json`, as a first answer leaves it), once a first answer has let the
+/// canceller settle.
+async fn in_a_settled_room(kept: &tempfile::TempDir) -> Rig {
+    let file = kept.path().join(ROOMS_FILE);
+    std::fs::write(
+        &file,
+        serde_json::json!({ "echoing": [FEED_NAME] }).to_string(),
+    )
+    .unwrap();
+    let mut rig = in_a_room(Room::default(), true, Rooms::kept_in(file)).await;
+    rig.stub.push(streamed(
+        "Hello. I am Jarvis, and I am listening. Ask me anything you like, and I will answer.",
+    ));
+    let first = rig.ask("Hello, who are you?").await;
+    let heard =
+        heard_until_it_falls_silent(&mut rig, first, Duration::ZERO, Duration::from_secs(1)).await;
+    assert!(heard.is_empty(), "it heard its own voice: {heard:?}");
+    rig
+}
+
+/// Asks for the long answer, held after its first two sentences by the gate returned, and waits
+/// until `into` of its voice has played.
+async fn answering(rig: &mut Rig, into: Duration) -> (ReplyId, jarvis_stub::Gate) {
+    let gate = rig.stub.gate();
+    rig.stub.push(
+        Script::text(long_answer())
+            .deltas_of(4)
+            .held_after(24, &gate),
+    );
+    let played = rig.recorder.played();
+    let reply = rig.ask("Tell me about Paris.").await;
+    rig.until_played("its voice to play a while", |r| r.played() >= played + into)
+        .await;
+    (reply, gate)
+}
+
+/// Issue 15's room at real time, where the person speaks: a question said over Jarvis's voice on
+/// speakers lowers the voice to a fifth, never cuts it, and is queued with its words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_speakers_in_a_room_a_question_said_over_its_voice_lowers_it_and_is_queued_whole() {
+    let _one = SERIAL.lock().await;
+    let kept = tempfile::tempdir().unwrap();
+    let mut rig = in_a_settled_room(&kept).await;
+    let (reply, gate) = answering(&mut rig, Duration::from_millis(1500)).await;
+    rig.stub.push(Script::text("Berlin."));
+    let lowered_before = rig.recorder.volumes().len();
+    let question = rig
+        .say(&said_by("What is the capital of Germany?", 2))
+        .await;
+    assert_eq!(question.heard, Heard::Question, "{question:?}");
+    let words = question.text.to_lowercase();
+    assert!(
+        words.contains("capital") && words.contains("germany"),
+        "the question's words: {question:?}"
+    );
+    let status = rig.until("one waiting", |s| s.queue.len() == 1).await;
+    assert_eq!(status.replying, Some(reply), "nothing cancelled the reply");
+    assert!(status.speaking, "its voice was not cut");
+    let lowered: Vec<f32> = rig.recorder.volumes()[lowered_before..]
+        .iter()
+        .map(|v| v.volume)
+        .collect();
+    assert_eq!(
+        lowered.first(),
+        Some(&0.2),
+        "lowered to a fifth: {lowered:?}"
+    );
+    gate.release();
+    assert_eq!(rig.end_of(reply).await, ReplyState::Done);
+    let second = rig.next_reply().await;
+    assert_eq!(rig.end_of(second).await, ReplyState::Done);
+    let asked: Vec<String> = rig
+        .records()
+        .await
+        .into_iter()
+        .filter(|r| r.role == Role::User)
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert_eq!(asked[2], question.text, "asked as heard");
+}
+
+/// Issue 15's check not met yet (BENCHMARKS.md, "Voice in a room"): "Stop." said over Jarvis's
+/// voice in the same room stops the reply, ten answers in a row, each stopped a little later
+/// into its voice (0.9–3.6 s) by one of five voices. Run it with `cargo nextest run --test
+/// voice_loop --run-ignored only`: it prints what each stop was heard as, and fails on any miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 15: not every stop said over the voice in a room stops it yet"]
+async fn on_speakers_in_a_room_stop_said_over_its_voice_stops_it_ten_times_in_ten() {
+    let _one = SERIAL.lock().await;
+    let kept = tempfile::tempdir().unwrap();
+    let mut rig = in_a_settled_room(&kept).await;
+    let mut missed = Vec::new();
+    for i in 0..10_u64 {
+        let started = rig.recorder.played();
+        let (reply, _gate) = answering(&mut rig, Duration::from_millis(900 + 300 * i)).await;
+        let into = rig.recorder.played() - started;
+        rig.feed
+            .say(&said_by("Stop.", i as usize).then(&silence(600)));
+        // What the stop was heard as, noise included; a stop that opens no utterance is missed
+        // (the voice plays on).
+        let mut heard = Vec::new();
+        let stopped = tokio::time::timeout(Duration::from_secs(6), async {
+            loop {
+                let report = rig.heard.recv().await.expect("the loop stopped");
+                heard.push(format!("{:?} {:?}", report.heard, report.text));
+                if report.heard == Heard::Stop {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok();
+        eprintln!("stop {i}, {into:?} into the voice: {heard:?}");
+        if !stopped {
+            missed.push(format!("stop {i}, {into:?} into the voice: {heard:?}"));
+            rig.service.voice_stop().await.unwrap();
+        }
+        assert_eq!(rig.end_of(reply).await, ReplyState::Stopped, "stop {i}");
+        rig.until("quiet", |s| {
+            s.replying.is_none() && s.queue.is_empty() && !s.speaking
+        })
+        .await;
+    }
+    assert!(missed.is_empty(), "stops not heard as stops: {missed:#?}");
+}
+
 /// Issue 29: with `[general] language = "de"`, `jarvis say` speaks German (espeak-ng's voice of
 /// the language: Piper's speaks English), and `jarvis listen` hears it with the multilingual model
 /// set to German — "Stopp." and "Hör auf." said alone stop, a question is a question. (Before,
