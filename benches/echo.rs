@@ -113,6 +113,18 @@ fn listen(
     cancel: Option<Start>,
     skip_ms: u64,
 ) -> (usize, Vec<(UtteranceReport, Verdict)>) {
+    let (onsets, heard) = listen_for_onsets(whisper, mic, played, cancel, skip_ms);
+    (onsets.len(), heard)
+}
+
+/// [`listen`], with the frame of each onset (each would lower the voice) instead of their count.
+fn listen_for_onsets(
+    whisper: &Arc<dyn Transcriber>,
+    mic: &[f32],
+    played: &[f32],
+    cancel: Option<Start>,
+    skip_ms: u64,
+) -> (Vec<usize>, Vec<(UtteranceReport, Verdict)>) {
     let shared = Shared::default();
     let mut listener = Listener::new(
         ListenMode::HandsFree,
@@ -130,7 +142,7 @@ fn listen(
         Start::Fresh => OfflineEcho::new(played),
         Start::Remembering => OfflineEcho::recalling(played, true),
     });
-    let (mut ducks, mut heard) = (0, Vec::new());
+    let (mut ducks, mut heard) = (Vec::new(), Vec::new());
     let mic16: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
     for (k, frame) in audio::frames_of(&mic16).into_iter().enumerate() {
         let (frame, judged) = match echo.as_mut() {
@@ -149,7 +161,7 @@ fn listen(
         let (events, verdict) = timed(|| listener.push_judged(&frame, judged.as_ref()).unwrap());
         for event in events {
             match event {
-                ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks += 1,
+                ListenEvent::SpeechStarted if k as u64 * 20 >= skip_ms => ducks.push(k),
                 ListenEvent::Heard(r)
                     if (r.heard != Heard::Noise || !r.text.is_empty()) && r.start_ms >= skip_ms =>
                 {
@@ -170,9 +182,13 @@ fn listen(
     (ducks, heard)
 }
 
-/// What is heard of `sound` said over `answer` from sample `at` on, in `room` (the voice lowered
-/// as the loop lowers it once it hears the onset), by a canceller that knew nothing of the room
-/// when the answer began: the utterances judged after its first 1.5 s.
+/// What is heard of `sound` said over `answer` from sample `at` on, in `room`, by a canceller
+/// that knew nothing of the room when the answer began: the utterances judged after its first
+/// 1.5 s. The voice is lowered to a fifth where the loop lowers it — at the first onset the
+/// listener hears once `sound` begins, and not at all where it hears none — found by hearing it
+/// once at full volume (the frames before that onset are the same either way). (Until
+/// 2026-12-06 the voice was lowered 250 ms into `sound` whatever was heard: a stop that opened no
+/// utterance, or opened it late, was heard over a voice the loop would not have lowered.)
 fn said_over(
     whisper: &Arc<dyn Transcriber>,
     room: &Room,
@@ -180,10 +196,23 @@ fn said_over(
     sound: &[f32],
     at: usize,
 ) -> Vec<(UtteranceReport, Verdict)> {
-    let played = ducked(answer, at, sound.len());
-    let mut mic = room.hear(&played);
-    mix_into(&mut mic, sound, at);
-    listen(whisper, &mic, &played, Some(Start::Fresh), 1500).1
+    let heard_over = |played: &[f32]| {
+        let mut mic = room.hear(played);
+        mix_into(&mut mic, sound, at);
+        listen_for_onsets(whisper, &mic, played, Some(Start::Fresh), 1500)
+    };
+    let (onsets, heard) = heard_over(answer);
+    let Some(onset) = onsets.into_iter().find(|k| k * 320 >= at) else {
+        return heard;
+    };
+    // Lowered from the onset until 300 ms after the sound (the utterance's end, near enough).
+    let from = (onset * 320).min(answer.len());
+    let played = ducked(
+        answer,
+        from.saturating_sub(4000),
+        (at + sound.len() + 4000).saturating_sub(from),
+    );
+    heard_over(&played).1
 }
 
 /// How long the listener took in the frame that ended each short utterance said over the voice:
