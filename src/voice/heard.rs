@@ -271,15 +271,19 @@ fn edits_to_a_stretch(said: &[String], answer: &[String]) -> usize {
     previous.into_iter().min().unwrap_or(said.len())
 }
 
-/// Whether `said` is mostly one run of a recent answer: at least 3 words, at least 80 % of them
-/// matching one contiguous stretch of the answer.
+/// The fewest words the echo filter ([`is_echo`]) judges: a shorter quote of the answer is the
+/// user's.
+pub(super) const ECHO_LEAST_WORDS: usize = 3;
+
+/// Whether `said` is mostly one run of a recent answer: at least [`ECHO_LEAST_WORDS`] words, at
+/// least 80 % of them matching one contiguous stretch of the answer.
 pub fn is_echo(said: &[String], recent_answers: &[String]) -> bool {
     // Characters of Chinese are words here, and about two make one: a short quote of the answer
     // ("二十五度？", "25 degrees?") is the user's, as it is in English.
     let least = if said.iter().all(|w| w.chars().all(is_unspaced)) {
-        6
+        2 * ECHO_LEAST_WORDS
     } else {
-        3
+        ECHO_LEAST_WORDS
     };
     if said.len() < least {
         return false;

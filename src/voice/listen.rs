@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::alike::SoundAlike;
 use super::audio::EchoJudged;
-use super::heard::{classify, words, Heard, HeardContext};
+use super::heard::{classify, words, Heard, HeardContext, ECHO_LEAST_WORDS};
 use super::stt::{Transcriber, Transcript};
 use super::turn::{Turn, TurnJudge};
 use super::vad::{Segment, Segmenter, SegmenterSettings};
@@ -499,12 +499,12 @@ impl Listener {
             && self
                 .heard_as_is_ms
                 .is_some_and(|ms| ms >= utterance.start_ms)
-            && words(&text).len() <= MISHEARD_AT_MOST_WORDS
+            && words(&text).len() < ECHO_LEAST_WORDS
             && spoken_by_the_voice(&text, &answers)
         {
             // Heard while the canceller did not yet know whether the voice comes back (the
             // opening of the first answer it plays on a microphone), and only words of the answer
-            // ("Hello." come back as "Hello?"), one or two, too short for the echo filter: its
+            // ("Hello." come back as "Hello?"), too few for the echo filter to judge: its
             // own voice, which would be asked as a question, or stop itself. (Longer, it is
             // the echo filter's to judge: a person's question on the answer's subject, said
             // over its first second — "What is the capital of Germany?" over "Paris is the
