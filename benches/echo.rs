@@ -45,6 +45,10 @@ impl Transcriber for Counted {
         self.0.transcribe(samples)
     }
 
+    fn weigh(&self, samples: &[f32], phrases: &[&str]) -> Result<Option<Vec<f32>>, VoiceError> {
+        self.0.weigh(samples, phrases)
+    }
+
     fn prepare(&self) -> Result<(), VoiceError> {
         self.0.prepare()
     }

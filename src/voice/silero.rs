@@ -143,6 +143,10 @@ impl Transcriber for SpeechGate {
         self.inner.transcribe(samples)
     }
 
+    fn weigh(&self, samples: &[f32], phrases: &[&str]) -> Result<Option<Vec<f32>>, VoiceError> {
+        self.inner.weigh(samples, phrases)
+    }
+
     fn prepare(&self) -> Result<(), VoiceError> {
         self.inner.prepare()
     }
