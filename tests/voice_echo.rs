@@ -50,31 +50,43 @@ fn listen(mic: &[f32], played: Option<&[f32]>) -> Vec<UtteranceReport> {
 /// was lowered (speech onsets while it played), and every utterance judged.
 fn heard_through(
     mic: &[f32],
-    mut echo: Option<&mut OfflineEcho>,
+    echo: Option<&mut OfflineEcho>,
     answer: Option<&str>,
 ) -> (usize, Vec<UtteranceReport>) {
+    let (ducks, out) = lowered_through(mic, echo, answer);
+    (ducks.len(), out)
+}
+
+/// [`heard_through`], with the frame of each speech onset while the voice played (where the
+/// loop lowers it) instead of their count.
+fn lowered_through(
+    mic: &[f32],
+    mut echo: Option<&mut OfflineEcho>,
+    answer: Option<&str>,
+) -> (Vec<usize>, Vec<UtteranceReport>) {
     let shared = Shared::default();
     if let Some(answer) = answer {
         shared.said(true, answer);
     }
     let mut listener = Listener::new(ListenMode::HandsFree, whisper(), None, 0.5, shared.clone());
-    let (mut ducks, mut out) = (0, Vec::new());
+    let (mut ducks, mut out) = (Vec::new(), Vec::new());
     let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
-    let mut keep = |events: Vec<ListenEvent>, speaking: bool| {
+    let mut keep = |events: Vec<ListenEvent>, speaking: bool, k: usize| {
         for event in events {
             match event {
-                ListenEvent::SpeechStarted if speaking => ducks += 1,
+                ListenEvent::SpeechStarted if speaking => ducks.push(k),
                 ListenEvent::Heard(report) => out.push(report),
                 _ => {}
             }
         }
     };
-    for frame in audio::frames_of(&mic) {
+    let frames = audio::frames_of(&mic);
+    for (k, frame) in frames.iter().enumerate() {
         let events =
-            OfflineEcho::listen(echo.as_deref_mut(), &mut listener, &shared, &frame).unwrap();
-        keep(events, shared.speaking());
+            OfflineEcho::listen(echo.as_deref_mut(), &mut listener, &shared, frame).unwrap();
+        keep(events, shared.speaking(), k);
     }
-    keep(listener.finish().unwrap(), false);
+    keep(listener.finish().unwrap(), false, frames.len());
     (ducks, out)
 }
 
@@ -199,6 +211,89 @@ fn a_lone_stop_said_over_its_voice_is_heard_as_stop() {
     // (Before: 9 of the 12 missed, each heard as nothing at all. Not yet all: issue 15 asks
     // for every one; BENCHMARKS.md counts them.)
     assert!(missed.len() <= 2, "missed {missed:?} of {heard_as:?}");
+}
+
+/// What is heard of "Stop." said in voice `i` over `text` (said in voice `i` too), `into_ms` into
+/// it, in the loop's room (`voice_loop.rs`): the laptop on a desk, the microphone remembered as
+/// echoing, an answer before it for the canceller to settle on. The voice is lowered to a fifth
+/// where the loop lowers it: at the onset the listener hears once the stop begins (found by
+/// hearing it once at full volume; the frames before are the same either way), and not at all
+/// where it hears none.
+fn stop_said_into_an_answer(text: &str, i: usize, into_ms: usize) -> Vec<(Heard, String)> {
+    let room = Room::default();
+    let settle = fixtures::said(WHALES, 2).expect("espeak-ng makes the fixture");
+    let answer = fixtures::said(text, i).expect("espeak-ng makes the fixture");
+    let quiet = vec![0.0; 2 * SAMPLE_RATE as usize];
+    let played: Vec<f32> = [settle.as_slice(), &quiet, &answer].concat();
+    let stop = fixtures::said("Stop.", i).expect("espeak-ng makes the fixture");
+    let at = settle.len() + quiet.len() + into_ms * SAMPLE_RATE as usize / 1000;
+    let hear = |played: &[f32]| {
+        let mut mic = room.hear(played);
+        mix_into(&mut mic, &stop, at);
+        let mut echo = OfflineEcho::recalling(played, true);
+        lowered_through(&mic, Some(&mut echo), Some(text))
+    };
+    let (onsets, heard) = hear(&played);
+    let heard = match onsets.into_iter().find(|k| k * 320 >= at) {
+        Some(onset) => {
+            let from = onset * 320;
+            let lowered = ducked(
+                &played,
+                from.saturating_sub(4000),
+                (at + stop.len() + 4000).saturating_sub(from),
+            );
+            hear(&lowered).1
+        }
+        None => heard,
+    };
+    heard
+        .into_iter()
+        .filter(|r| r.start_ms * SAMPLE_RATE as u64 / 1000 + 16_000 >= at as u64)
+        .map(|r| (r.heard, r.text))
+        .collect()
+}
+
+#[test]
+fn a_stop_said_early_in_an_answer_in_the_loops_room_is_heard_as_stop() {
+    // The loop's own check (`voice_loop.rs`, ten answers, "Stop." 0.9–3.6 s into each) heard 3
+    // of 10: every stop opened an utterance, but whisper wrote the voice's residue before it and
+    // the canceller's hold on its first sound as other words — "It's time.", "It was time.",
+    // "the top." — which neither its sound nor a second hearing without the voice made a stop.
+    // Whisper finds "Stop." itself nearly as likely for those clips, and far likelier than any
+    // "um": weighed so, they are stops.
+    let answers = [ANSWER, EGG, WHALES];
+    let mut heard_as = Vec::new();
+    for i in 0..10 {
+        let heard = stop_said_into_an_answer(answers[i % 3], i, 900 + 300 * i);
+        heard_as.push((i, heard));
+    }
+    let missed: Vec<_> = heard_as
+        .iter()
+        .filter(|(_, heard)| !heard.iter().any(|(h, _)| *h == Heard::Stop))
+        .collect();
+    // (Not yet ten of ten, as issue 15 asks: one is written as words whisper does not find
+    // "stop" in at all.)
+    assert!(missed.len() <= 1, "missed {missed:?} of {heard_as:?}");
+}
+
+#[test]
+fn short_words_said_over_its_voice_that_are_no_stop_are_not_heard_as_one() {
+    // A short utterance over the voice is weighed for a stop whatever whisper wrote: a person's
+    // own short words must come out as what they are.
+    let mut stopped = Vec::new();
+    for (i, room) in rooms().into_iter().enumerate() {
+        for (j, phrase) in ["Okay.", "Thank you.", "Wait.", "Sorry."]
+            .into_iter()
+            .enumerate()
+            .filter(|(j, _)| (i + j) % 2 == 0)
+        {
+            let heard = said_over_the_voice(phrase, i + j, &room);
+            if heard.iter().any(|t| t.starts_with("Stop ")) {
+                stopped.push((i, phrase, heard));
+            }
+        }
+    }
+    assert!(stopped.is_empty(), "{stopped:?}");
 }
 
 #[test]

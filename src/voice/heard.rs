@@ -376,12 +376,20 @@ fn is_stop(said: &[String]) -> bool {
 
 /// The stop phrases of `language` alone (English's for English, and for `auto` resolved to no
 /// other).
-pub(super) fn stop_phrases(language: Language) -> &'static [&'static str] {
+pub fn stop_phrases(language: Language) -> &'static [&'static str] {
     match language.resolved() {
         Language::De => STOPS_DE,
         Language::Zh | Language::ZhHant => STOPS_ZH,
         _ => STOPS_EN,
     }
+}
+
+/// Whether `said` (its [`words`]) says no: "not" (any "n't" spelled out) or "no". ("Don't
+/// stop." is no stop, however whisper heard its first word.)
+pub fn negated(said: &[String]) -> bool {
+    spelled_out(said)
+        .iter()
+        .any(|w| matches!(w.as_str(), "not" | "no"))
 }
 
 /// Classifies a transcript.

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::alike::SoundAlike;
 use super::audio::EchoJudged;
-use super::heard::{classify, words, Heard, HeardContext, ECHO_LEAST_WORDS};
+use super::heard::{classify, negated, stop_phrases, words, Heard, HeardContext, ECHO_LEAST_WORDS};
 use super::stt::{Transcriber, Transcript};
 use super::turn::{Turn, TurnJudge};
 use super::vad::{Segment, Segmenter, SegmenterSettings};
@@ -162,7 +162,7 @@ pub struct Listener {
     turn: TurnJudge,
     /// What the open utterance was transcribed as at its last pause, and its voiced frames then:
     /// when it ends with no voice since, that is its transcript.
-    asked: Option<(usize, Transcript)>,
+    asked: Option<Asked>,
     /// The open utterance being transcribed ahead, from its first moments of quiet, so that the
     /// words are ready when the pause asks for them.
     ahead: Option<Ahead>,
@@ -171,6 +171,18 @@ pub struct Listener {
     /// The language's stop phrases by their sound, for what is said over the voice (none in
     /// Chinese).
     alike: Option<SoundAlike>,
+    /// The language it hears.
+    language: Language,
+}
+
+/// What an open utterance was transcribed as at its last pause.
+struct Asked {
+    /// Its voiced frames then.
+    voiced: usize,
+    /// Its words.
+    transcript: Transcript,
+    /// The stretch of it that was transcribed (up to where the words were transcribed ahead).
+    heard: Vec<i16>,
 }
 
 /// A transcription started ahead of the pause, on a thread of its own, of the open utterance
@@ -229,12 +241,14 @@ impl Listener {
             ahead: None,
             ahead_on: true,
             alike: SoundAlike::new(Language::En),
+            language: Language::En,
         }
     }
 
     /// Hears stops said over the voice by their sound in `language` (English unless told).
     pub fn with_language(mut self, language: Language) -> Listener {
         self.alike = SoundAlike::new(language);
+        self.language = language;
         self
     }
 
@@ -460,11 +474,15 @@ impl Listener {
             // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
             return Ok(None);
         }
-        let transcript = match self.asked.take() {
-            Some((voiced, transcript)) if voiced == utterance.voiced_frames => transcript,
-            _ => self
-                .transcriber
-                .transcribe(&audio::to_f32(&utterance.samples))?,
+        let (transcript, heard_samples) = match self.asked.take() {
+            Some(asked) if asked.voiced == utterance.voiced_frames => {
+                (asked.transcript, asked.heard)
+            }
+            _ => (
+                self.transcriber
+                    .transcribe(&audio::to_f32(&utterance.samples))?,
+                utterance.samples.clone(),
+            ),
         };
         let mut text = transcript.text;
         if holds_wake_word {
@@ -486,6 +504,11 @@ impl Listener {
             && self.stop_by_its_sound(&text, &utterance, &answers)
         {
             heard = Heard::Stop;
+        }
+        if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
+            if let Some(stop) = self.stop_by_its_odds(&utterance, &heard_samples, &text, &answers) {
+                (heard, text) = (Heard::Stop, stop);
+            }
         }
         if heard != Heard::Stop && self.began_while_speaking {
             if let Some(stop) =
@@ -544,6 +567,45 @@ const STOP_AT_MOST_VOICED: usize = 75;
 /// Words whisper writes for a short stop it mishears: at most two ("Let's start.", "Why not?").
 const MISHEARD_AT_MOST_WORDS: usize = 2;
 
+/// The most words of a transcript whose clip is weighed for a stop (see
+/// [`Listener::stop_by_its_odds`]): "It's time, it's a bit" was "Stop it.".
+const WEIGHED_AT_MOST_WORDS: usize = 5;
+
+/// What else a clip weighed for a stop is weighed as — hesitations, and the stops said with a
+/// no — each of which the stop must be far likelier than. (Over the voice the canceller holds
+/// back a word's first sound: "Don't stop." was written "Go on to time.", and "Stop." itself
+/// came close to what was written; "Don't stop." was far likelier.)
+const NOT_STOPS: &[&str] = &[
+    "uh",
+    "um",
+    "hmm",
+    "er",
+    "ah",
+    "oh",
+    "eh",
+    "mm",
+    "no",
+    "don't stop",
+    "don't cancel",
+    "don't cancel it",
+];
+
+/// How likely whisper must find a stop phrase as the whole of a short clip said over the voice
+/// (log-probability, nats): about 1 in 400. Stops said over the voice came out at −0.3 to −5.6,
+/// whatever whisper wrote; the words of a person saying something else ("Okay.", "Thank you.",
+/// "Don't stop.", "Wait."), −7.9 and below (`cargo bench --bench echo`, BENCHMARKS.md).
+const STOP_LEAST_LOG_P: f32 = -6.0;
+
+/// How much likelier than the stop what whisper wrote may be: 3 nats (20 times). Stops it wrote
+/// as other words ("It's time.", "It was time.", "the top.") were at most 2.8 likelier than the
+/// stop; what a person said that was no stop, 4.3 and more.
+const WRITTEN_AT_MOST_LIKELIER: f32 = 3.0;
+
+/// How much likelier than any of [`NOT_STOPS`] a stop must be: 3 nats. Stops were 4 or more
+/// likelier than a hesitation and 6 or more than "don't stop"; "Um.", "Er." and the voice's own
+/// residue were −1.9 and less, and "Don't stop." written "Go on to time." −1.3.
+const NOT_STOPS_AT_LEAST_LESS_LIKELY: f32 = 3.0;
+
 /// Whether every word of `text` is in one of the answers Jarvis is speaking or just spoke.
 fn spoken_by_the_voice(text: &str, answers: &[String]) -> bool {
     let said = words(text);
@@ -590,6 +652,78 @@ impl Listener {
             && !words(&text).iter().any(|w| first.contains(w))
             && !spoken_by_the_voice(&text, context.recent_answers);
         Ok(stop.then_some(text))
+    }
+
+    /// A stop said over the voice that whisper wrote as other words — the voice's residue before
+    /// it and the canceller's hold on its first sound make "Stop." into "It's time.", "the top."
+    /// or "It was time." — known by how likely whisper finds each stop phrase as the whole of
+    /// what it heard, against what it wrote and against what it would be if it were no stop (see
+    /// [`Transcriber::weigh`]): the stop it finds likely enough ([`STOP_LEAST_LOG_P`]), not much less
+    /// likely than what it wrote ([`WRITTEN_AT_MOST_LIKELIER`]), and far likelier than any "um"
+    /// or "don't stop" ([`NOT_STOPS_AT_LEAST_LESS_LIKELY`]).
+    ///
+    /// Only for a short utterance (a stop's voice, a few words written), in English (the only
+    /// language measured), never where what was written says no ("Don't stop.") or is all words
+    /// of the answer being spoken (a word of the voice that came through). Blocking: the clip is
+    /// encoded once more and each phrase decoded (~150 ms and ~100 ms with tiny.en on two
+    /// threads); a transcriber that cannot weigh never finds a stop this way.
+    fn stop_by_its_odds(
+        &self,
+        utterance: &Utterance,
+        heard: &[i16],
+        text: &str,
+        answers: &[String],
+    ) -> Option<String> {
+        let said = words(text);
+        if self.language.resolved() != Language::En
+            || said.is_empty()
+            || said.len() > WEIGHED_AT_MOST_WORDS
+            || utterance.voiced_frames > STOP_AT_MOST_VOICED
+            || negated(&said)
+            || spoken_by_the_voice(text, answers)
+        {
+            return None;
+        }
+        let stops = stop_phrases(Language::En);
+        let mut phrases: Vec<&str> = stops.to_vec();
+        phrases.extend_from_slice(NOT_STOPS);
+        phrases.push(text.trim());
+        let weighed = match self.transcriber.weigh(&audio::to_f32(heard), &phrases) {
+            Ok(Some(weighed)) if weighed.len() == phrases.len() => weighed,
+            Ok(_) => return None,
+            Err(err) => {
+                tracing::debug!(%err, "could not weigh a short utterance for a stop");
+                return None;
+            }
+        };
+        let (stop, stop_p) = stops
+            .iter()
+            .zip(&weighed)
+            .map(|(phrase, p)| (*phrase, *p))
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        let other_p = weighed[stops.len()..stops.len() + NOT_STOPS.len()]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let written_p = weighed[phrases.len() - 1];
+        tracing::debug!(
+            stop,
+            stop_p,
+            written_p,
+            other_p,
+            "a short utterance over the voice weighed for a stop"
+        );
+        let likely = stop_p >= STOP_LEAST_LOG_P
+            && written_p - stop_p <= WRITTEN_AT_MOST_LIKELIER
+            && stop_p - other_p >= NOT_STOPS_AT_LEAST_LESS_LIKELY;
+        likely.then(|| {
+            let mut chars = stop.chars();
+            let first: String = chars
+                .next()
+                .map(|c| c.to_uppercase().collect())
+                .unwrap_or_default();
+            format!("{first}{}.", chars.as_str())
+        })
     }
 
     /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as
@@ -641,7 +775,7 @@ impl Listener {
         let Some(samples) = self.segmenter.open_samples().map(<[i16]>::to_vec) else {
             return true;
         };
-        let transcript = match self.words_at_pause(voiced_frames, &samples) {
+        let (transcript, heard) = match self.words_at_pause(voiced_frames, &samples) {
             Ok(transcript) => transcript,
             Err(err) => {
                 tracing::debug!(%err, "a pause could not be transcribed; it ends the turn");
@@ -655,36 +789,42 @@ impl Listener {
         };
         let turn = self.turn.judge(&samples, &judged, transcript.last_word_p);
         tracing::debug!(?turn, voiced_frames, "a pause judged");
-        self.asked = Some((voiced_frames, transcript));
+        self.asked = Some(Asked {
+            voiced: voiced_frames,
+            transcript,
+            heard: samples[..heard].to_vec(),
+        });
         turn == Turn::Complete
     }
 
     /// The words of the open utterance (`samples`, `voiced_frames` in) at a pause: those
     /// transcribed ahead for this very voice, or else the same stretch — up to the point where
-    /// they would have been started — transcribed now.
+    /// they would have been started — transcribed now; and how many of the samples they are of.
     fn words_at_pause(
         &mut self,
         voiced_frames: usize,
         samples: &[i16],
-    ) -> Result<Transcript, VoiceError> {
+    ) -> Result<(Transcript, usize), VoiceError> {
+        let pause = self.segmenter.settings().pause_frames.unwrap_or(0);
+        let later = pause.saturating_sub(ahead_quiet(pause));
+        let kept = if self.ahead_on {
+            samples.len().saturating_sub(later * super::FRAME)
+        } else {
+            samples.len()
+        };
         if let Some(ahead) = self.ahead.take() {
             if ahead.voiced == voiced_frames {
                 match ahead.words.join() {
-                    Ok(words) => return words,
+                    Ok(words) => return words.map(|words| (words, kept)),
                     Err(_) => {
                         tracing::warn!("transcribing ahead failed; transcribing at the pause")
                     }
                 }
             }
         }
-        if !self.ahead_on {
-            return self.transcriber.transcribe(&audio::to_f32(samples));
-        }
-        let pause = self.segmenter.settings().pause_frames.unwrap_or(0);
-        let later = pause.saturating_sub(ahead_quiet(pause));
-        let kept = samples.len().saturating_sub(later * super::FRAME);
         self.transcriber
             .transcribe(&audio::to_f32(&samples[..kept]))
+            .map(|words| (words, kept))
     }
 }
 
