@@ -248,7 +248,8 @@ fn stop_said_into_an_answer(text: &str, i: usize, into_ms: usize) -> Vec<(Heard,
     };
     heard
         .into_iter()
-        .filter(|r| r.start_ms * SAMPLE_RATE as u64 / 1000 + 16_000 >= at as u64)
+        // (What began well before the stop is not it: the voice's own, were it a stop.)
+        .filter(|r| r.start_ms * SAMPLE_RATE as u64 / 1000 + 600 * 16 >= at as u64)
         .map(|r| (r.heard, r.text))
         .collect()
 }

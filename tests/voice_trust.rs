@@ -764,7 +764,7 @@ fn a_stop_said_over_the_voice_that_whisper_wrote_as_other_words_is_known_by_its_
     );
 }
 
-/// Whisper's words for whatever it is given, and how likely it finds a stop ("stop"), a
+/// Whisper's words for whatever it is given, and how likely it finds a stop ("Stop."), a
 /// hesitation ("um"), the stop said with a no ("don't stop") and what it wrote as the whole of
 /// the clip; every other phrase is unlikely. Counts the clips it is asked to weigh.
 struct Weighs {
@@ -809,7 +809,7 @@ impl Transcriber for Weighs {
                 .iter()
                 .map(|phrase| match *phrase {
                     p if p == self.text => self.written,
-                    "stop" => self.stop,
+                    "stop." | "stop!" => self.stop,
                     "um" => self.um,
                     "don't stop" => self.dont,
                     _ => -30.0,
@@ -821,17 +821,42 @@ impl Transcriber for Weighs {
 
 /// What a listener whose whisper is `whisper` makes of "Stop talking." said over Jarvis's voice
 /// ("Paris is the capital of France…"), held back by the canceller, or not over it.
-fn weighed_as(whisper: Arc<Weighs>, over_the_voice: bool) -> Vec<(Heard, String)> {
+fn weighed_as(whisper: Arc<dyn Transcriber>, over_the_voice: bool) -> Vec<(Heard, String)> {
+    weighed_over(
+        whisper,
+        "Paris is the capital of France, and its largest city.",
+        over_the_voice,
+    )
+}
+
+/// [`weighed_as`], over the voice saying `answer`.
+fn weighed_over(
+    whisper: Arc<dyn Transcriber>,
+    answer: &str,
+    over_the_voice: bool,
+) -> Vec<(Heard, String)> {
     heard_by(
         whisper,
         Language::En,
-        (
-            "Paris is the capital of France, and its largest city.",
-            "Stop talking.",
-            over_the_voice,
-        ),
+        (answer, "Stop talking.", over_the_voice),
         (0.6, false),
     )
+}
+
+/// Whisper's words, and a weighing that fails.
+struct CannotWeigh;
+
+impl Transcriber for CannotWeigh {
+    fn transcribe(
+        &self,
+        _: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        Ok(jarvis::voice::stt::Transcript::of("It's time.", 0.0))
+    }
+
+    fn weigh(&self, _: &[f32], _: &[&str]) -> Result<Option<Vec<f32>>, jarvis::voice::VoiceError> {
+        Err(jarvis::voice::VoiceError::Transcribe("no state".into()))
+    }
 }
 
 /// Over the voice whisper writes a stop it heard through the voice's residue as other words
@@ -873,8 +898,20 @@ fn a_stop_whisper_wrote_as_other_words_over_the_voice_is_known_by_how_likely_it_
         whisper.weighed.load(std::sync::atomic::Ordering::Relaxed),
         0
     );
+    // A stop the answer holds ("…press stop…" come through as "the top."): its own voice.
+    let heard = weighed_over(
+        Weighs::new("the top.", (-1.0, -9.1, -2.0)),
+        "To end the timer, press stop on the screen.",
+        true,
+    );
+    assert_eq!(heard, question("the top."));
+    // A weighing that fails loses nothing: what was heard is heard.
+    assert_eq!(
+        weighed_as(Arc::new(CannotWeigh), true),
+        question("It's time.")
+    );
     // A negation, and words of the answer being spoken: never weighed.
-    for text in ["Don't time.", "Not time.", "Paris is the capital."] {
+    for text in ["Don't time.", "Not time.", "France."] {
         let whisper = Weighs::new(text, (-0.5, -9.1, -2.0));
         let heard = weighed_as(whisper.clone(), true);
         assert!(

@@ -662,11 +662,12 @@ impl Listener {
     /// likely than what it wrote ([`WRITTEN_AT_MOST_LIKELIER`]), and far likelier than any "um"
     /// or "don't stop" ([`NOT_STOPS_AT_LEAST_LESS_LIKELY`]).
     ///
-    /// Only for a short utterance (a stop's voice, a few words written), in English (the only
-    /// language measured), never where what was written says no ("Don't stop.") or is all words
-    /// of the answer being spoken (a word of the voice that came through). Blocking: the clip is
-    /// encoded once more and each phrase decoded (~150 ms and ~100 ms with tiny.en on two
-    /// threads); a transcriber that cannot weigh never finds a stop this way.
+    /// Only for a short utterance (a stop's voice, a few words written) the canceller was taking
+    /// the voice out of, in English (the only language measured); never where what was written
+    /// says no ("Don't stop.") or is all words of the answer being spoken (a word of the voice
+    /// that came through), nor for a stop the answer holds. Blocking: the clip is encoded once
+    /// more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads); a
+    /// transcriber that cannot weigh never finds a stop this way.
     fn stop_by_its_odds(
         &self,
         utterance: &Utterance,
@@ -675,7 +676,11 @@ impl Listener {
         answers: &[String],
     ) -> Option<String> {
         let said = words(text);
+        // (Where nothing of the utterance was held back — headphones, or before the canceller
+        // knows the room — whisper heard the person as they spoke.)
+        let held_back = utterance.voice_free.iter().any(|share| *share < 1.0);
         if self.language.resolved() != Language::En
+            || !held_back
             || said.is_empty()
             || said.len() > WEIGHED_AT_MOST_WORDS
             || utterance.voiced_frames > STOP_AT_MOST_VOICED
@@ -684,8 +689,14 @@ impl Listener {
         {
             return None;
         }
-        let stops = stop_phrases(Language::En);
-        let mut phrases: Vec<&str> = stops.to_vec();
+        // Each stop as whisper writes one said alone, and none the voice is saying ("…press
+        // stop…" come through is its own).
+        let stops: Vec<String> = stop_phrases(Language::En)
+            .iter()
+            .filter(|phrase| !spoken_by_the_voice(phrase, answers))
+            .flat_map(|phrase| [format!("{phrase}."), format!("{phrase}!")])
+            .collect();
+        let mut phrases: Vec<&str> = stops.iter().map(String::as_str).collect();
         phrases.extend_from_slice(NOT_STOPS);
         phrases.push(text.trim());
         let weighed = match self.transcriber.weigh(&audio::to_f32(heard), &phrases) {
@@ -699,7 +710,7 @@ impl Listener {
         let (stop, stop_p) = stops
             .iter()
             .zip(&weighed)
-            .map(|(phrase, p)| (*phrase, *p))
+            .map(|(phrase, p)| (phrase.trim_end_matches(['.', '!']), *p))
             .max_by(|a, b| a.1.total_cmp(&b.1))?;
         let other_p = weighed[stops.len()..stops.len() + NOT_STOPS.len()]
             .iter()

@@ -73,10 +73,13 @@ pub trait Transcriber: Send + Sync {
     fn release(&self) {}
 
     /// How likely the transcriber finds each of `phrases` as the whole of what `samples` says:
-    /// the log-probability (nats) of the phrase's tokens and of its end (a full stop, an
-    /// exclamation mark, an ellipsis or nothing, then the end of the text), its first word
-    /// written with a capital or without, as whisper would write it. `None` where it cannot
-    /// tell.
+    /// the log-probability (nats) of the phrase's tokens, its first word written with a capital
+    /// or without, as whisper would write it, and of its end. A phrase that ends in a mark ("Stop.",
+    /// "Stop!") is weighed as written, then the end of the text; one that does not ("um"), with
+    /// a full stop, an exclamation mark, an ellipsis or nothing after it — what follows the mark
+    /// not weighed, so this is at most how likely the phrase is as the whole. `None` where it
+    /// cannot tell. (In the language it hears, unprompted: weighed in Chinese, the prompt its
+    /// transcriptions are given is left out.)
     fn weigh(&self, _samples: &[f32], _phrases: &[&str]) -> Result<Option<Vec<f32>>, VoiceError> {
         Ok(None)
     }
@@ -506,6 +509,10 @@ pub fn transcribe_with_ctx(
     whisper.run(samples, audio_ctx)
 }
 
+/// The most tokens a phrase is weighed over (see [`Transcriber::weigh`]): a longer one is
+/// weighed as impossible.
+const WEIGHED_AT_MOST_TOKENS: usize = 48;
+
 /// `samples`, padded with silence to the second and a little whisper wants at least.
 fn padded(samples: &[f32]) -> Vec<f32> {
     let mut audio = samples.to_vec();
@@ -545,26 +552,31 @@ impl Whisper {
         let failed = |e: whisper_rs::WhisperError| VoiceError::Transcribe(e.to_string());
         let audio = padded(samples);
         let eot = self.context.token_eot();
+        // (At most a token a byte: whisper-rs reads a longer result wrongly.)
         let tokenize = |text: &str| -> Result<Vec<i32>, VoiceError> {
-            self.context.tokenize(text, 64).map_err(failed)
+            self.context.tokenize(text, text.len() + 1).map_err(failed)
         };
         // Each phrase as whisper writes a sentence: a space, its first letter a capital (and,
         // where it tokenizes alike but for its first token, without one).
-        let mut written: Vec<(Vec<i32>, Option<i32>)> = Vec::with_capacity(phrases.len());
+        let mut written: Vec<(Vec<i32>, Option<i32>, bool)> = Vec::with_capacity(phrases.len());
         for phrase in phrases {
             let phrase = phrase.trim();
+            let ended = phrase.ends_with(['.', '!', '?', '…']);
             let mut chars = phrase.chars();
             let capital: String = chars
                 .next()
                 .map(|c| c.to_uppercase().chain(chars).collect())
                 .unwrap_or_default();
-            let tokens = tokenize(&format!(" {capital}"))?;
+            let mut tokens = tokenize(&format!(" {capital}"))?;
+            if tokens.len() > WEIGHED_AT_MOST_TOKENS {
+                tokens.clear(); // not weighed: far longer than anything it is asked about
+            }
             let lower = tokenize(&format!(" {phrase}"))?;
             let other = (lower.len() == tokens.len()
                 && lower.first() != tokens.first()
                 && lower[1..] == tokens[1..])
                 .then(|| lower[0]);
-            written.push((tokens, other));
+            written.push((tokens, other, ended));
         }
         let ends: Vec<i32> = [".", "!", "..."]
             .iter()
@@ -605,7 +617,7 @@ impl Whisper {
         order.sort_by(|a, b| written[*a].0.cmp(&written[*b].0));
         let mut out = vec![f32::NEG_INFINITY; written.len()];
         for index in order {
-            let (tokens, other) = &written[index];
+            let (tokens, other, ended) = &written[index];
             if tokens.is_empty() {
                 continue;
             }
@@ -641,9 +653,12 @@ impl Whisper {
                 log_p += p(&rows[i], *token);
             }
             let last = &rows[tokens.len()];
-            let end = ends
-                .iter()
-                .fold(p(last, eot), |sum, mark| log_add(sum, p(last, *mark)));
+            let end = if *ended {
+                p(last, eot)
+            } else {
+                ends.iter()
+                    .fold(p(last, eot), |sum, mark| log_add(sum, p(last, *mark)))
+            };
             out[index] = log_p + end;
         }
         Ok(out)
