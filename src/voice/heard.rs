@@ -183,6 +183,15 @@ const GOODBYES: &[&str] = &[
     "掰掰",
 ];
 
+/// `text` with its first letter a capital, as whisper begins a sentence ("stop it" → "Stop it").
+pub fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// Lowercase words with punctuation dropped (apostrophes and hyphens inside words kept). Text
 /// written without spaces (Chinese, Japanese) counts each of its characters as a word, so that
 /// phrases, repetitions and echoes are compared alike in every language; Chinese in simplified

@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use super::alike::SoundAlike;
 use super::audio::EchoJudged;
-use super::heard::{classify, negated, stop_phrases, words, Heard, HeardContext, ECHO_LEAST_WORDS};
+use super::heard::{
+    capitalised, classify, negated, stop_phrases, words, Heard, HeardContext, ECHO_LEAST_WORDS,
+};
 use super::stt::{Transcriber, Transcript};
 use super::turn::{Turn, TurnJudge};
 use super::vad::{Segment, Segmenter, SegmenterSettings};
@@ -474,16 +476,19 @@ impl Listener {
             // Waiting for the wake word: other speech is not for Jarvis, and is not transcribed.
             return Ok(None);
         }
-        let (transcript, heard_samples) = match self.asked.take() {
+        // (What was transcribed ahead is a stretch of its own; anything else is the utterance,
+        // borrowed.)
+        let (transcript, heard_ahead) = match self.asked.take() {
             Some(asked) if asked.voiced == utterance.voiced_frames => {
-                (asked.transcript, asked.heard)
+                (asked.transcript, Some(asked.heard))
             }
             _ => (
                 self.transcriber
                     .transcribe(&audio::to_f32(&utterance.samples))?,
-                utterance.samples.clone(),
+                None,
             ),
         };
+        let heard_samples = heard_ahead.as_deref().unwrap_or(&utterance.samples);
         let mut text = transcript.text;
         if holds_wake_word {
             text = after_wake_word(&text);
@@ -506,7 +511,7 @@ impl Listener {
             heard = Heard::Stop;
         }
         if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
-            if let Some(stop) = self.stop_by_its_odds(&utterance, &heard_samples, &text, &answers) {
+            if let Some(stop) = self.stop_by_its_odds(&utterance, heard_samples, &text, &answers) {
                 (heard, text) = (Heard::Stop, stop);
             }
         }
@@ -676,11 +681,8 @@ impl Listener {
         answers: &[String],
     ) -> Option<String> {
         let said = words(text);
-        // (Where nothing of the utterance was held back — headphones, or before the canceller
-        // knows the room — whisper heard the person as they spoke.)
-        let held_back = utterance.voice_free.iter().any(|share| *share < 1.0);
         if self.language.resolved() != Language::En
-            || !held_back
+            || !utterance.held_back()
             || said.is_empty()
             || said.len() > WEIGHED_AT_MOST_WORDS
             || utterance.voiced_frames > STOP_AT_MOST_VOICED
@@ -727,14 +729,7 @@ impl Listener {
         let likely = stop_p >= STOP_LEAST_LOG_P
             && written_p - stop_p <= WRITTEN_AT_MOST_LIKELIER
             && stop_p - other_p >= NOT_STOPS_AT_LEAST_LESS_LIKELY;
-        likely.then(|| {
-            let mut chars = stop.chars();
-            let first: String = chars
-                .next()
-                .map(|c| c.to_uppercase().collect())
-                .unwrap_or_default();
-            format!("{first}{}.", chars.as_str())
-        })
+        likely.then(|| format!("{}.", capitalised(stop)))
     }
 
     /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as
@@ -745,11 +740,10 @@ impl Listener {
         if spoken_by_the_voice(text, answers) {
             return false;
         }
-        let held_back = utterance.voice_free.iter().any(|share| *share < 1.0);
         let Some(stop) = self
             .alike
             .as_ref()
-            .and_then(|alike| alike.stop(text, held_back, answers))
+            .and_then(|alike| alike.stop(text, utterance.held_back(), answers))
         else {
             return false;
         };

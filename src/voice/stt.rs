@@ -562,12 +562,7 @@ impl Whisper {
         for phrase in phrases {
             let phrase = phrase.trim();
             let ended = phrase.ends_with(['.', '!', '?', '…']);
-            let mut chars = phrase.chars();
-            let capital: String = chars
-                .next()
-                .map(|c| c.to_uppercase().chain(chars).collect())
-                .unwrap_or_default();
-            let mut tokens = tokenize(&format!(" {capital}"))?;
+            let mut tokens = tokenize(&format!(" {}", super::heard::capitalised(phrase)))?;
             if tokens.len() > WEIGHED_AT_MOST_TOKENS {
                 tokens.clear(); // not weighed: far longer than anything it is asked about
             }

@@ -109,11 +109,17 @@ pub struct Utterance {
 }
 
 impl Utterance {
+    /// Whether the echo canceller was taking Jarvis's voice out of any of it (where it was not —
+    /// headphones, or before the canceller knows the room — the person was heard as they spoke).
+    pub fn held_back(&self) -> bool {
+        self.voice_free.iter().any(|share| *share < 1.0)
+    }
+
     /// Its samples with what the echo canceller left of Jarvis's voice gated out, frame by
     /// frame (each frame scaled by its [`Utterance::voice_free`], as measured: an energy share
     /// applied as an amplitude gain, which gates harder); `None` where nothing was left of it.
     pub fn without_the_voice(&self) -> Option<Vec<i16>> {
-        if self.voice_free.iter().all(|g| *g >= 1.0) {
+        if !self.held_back() {
             return None;
         }
         Some(
