@@ -615,3 +615,59 @@ fn jarvis_stop_said_over_its_voice_stops_it_however_whisper_spells_the_name() {
     // (5 of 6 here: room 4's came back "Jara, this is the star".)
     assert!(stopped >= 4, "{heard_as:?}");
 }
+
+/// The loop tests' room at real time ([`fixtures::RoomEcho`] between a [`Recorder`] and a
+/// [`FeedSource`]) is a room: the echo of what played reaches the microphone whole, however late
+/// the recorder reports it (in blocks, every few milliseconds). Before the microphone handed its
+/// frames over after they ended, the echo's direct sound was mostly lost — 4 dB and more of it
+/// — and what came through was no linear echo of what played.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_tests_room_brings_back_the_whole_echo_of_what_played() {
+    use jarvis::voice::{AudioSink, AudioSource, FeedSource, Recorder};
+    // (The nearest of the rooms: its echo 20 ms late.)
+    let room = Room {
+        delay_ms: 20,
+        noise_dbfs: -120.0,
+        ..Room::default()
+    };
+    let (source, feed) = FeedSource::with(0.0, 1.0);
+    let source = source.with_latency(3);
+    let recorder = Recorder::new(SAMPLE_RATE);
+    recorder.tap(std::sync::Arc::new(fixtures::RoomEcho::new(
+        &room,
+        feed.clone(),
+    )));
+    let mut capture = source.open().unwrap();
+    while feed.opened_at().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // A second of noise, as loud as a voice.
+    let mut seed = 7_u32;
+    let played: Vec<f32> = (0..SAMPLE_RATE)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 0.5
+        })
+        .collect();
+    recorder
+        .play(Clip {
+            samples: played.clone(),
+            rate: SAMPLE_RATE,
+        })
+        .unwrap();
+    // The second played, its reverberation and the microphone's latency: 2 s in all.
+    let mut heard = Vec::new();
+    while heard.len() < 2 * SAMPLE_RATE as usize {
+        heard.extend(capture.frames.recv().await.expect("the microphone is open"));
+    }
+    let energy = |x: &[f32]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
+    let echo = energy(&fixtures::convolve(&played, &room.impulse_response()));
+    let came_back = energy(&audio::to_f32(&heard));
+    let db = 10.0 * (came_back / echo).log10();
+    assert!(
+        db.abs() < 1.0,
+        "the echo came back {db:.1} dB against what the room makes of what played"
+    );
+}

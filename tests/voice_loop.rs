@@ -101,6 +101,9 @@ async fn rig_in(
     options(&mut service_options);
     let service = Service::start(dir.store(), backend, service_options);
     let (source, feed) = FeedSource::new();
+    // (In a room, the microphone hands each frame over 40 ms after it ends, as a sound server
+    // does, so that the room's echo of what the recorder reports as played reaches it whole.)
+    let source = source.with_latency(if room.is_some() { 3 } else { 0 });
     let recorder = Recorder::new(22_050);
     if let Some(room) = room {
         recorder.tap(Arc::new(RoomEcho::new(&room, feed.clone())));

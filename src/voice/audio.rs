@@ -324,6 +324,9 @@ pub struct FeedSource {
     /// The level of the background noise (0 = digital silence).
     noise: f32,
     speed: f64,
+    /// Frames (20 ms) after it begins that a frame is handed over (see
+    /// [`FeedSource::with_latency`]).
+    latency_frames: u64,
 }
 
 /// The handle that says clips into a [`FeedSource`].
@@ -424,9 +427,24 @@ impl FeedSource {
                 feed: feed.clone(),
                 noise,
                 speed: speed.max(0.01),
+                latency_frames: 0,
             },
             feed,
         )
+    }
+
+    /// The same feed handing each frame over `frames` × 20 ms after it begins (40 ms after it
+    /// ends for 3), as a sound server hands a capture over 20–60 ms late: what is mixed in with
+    /// [`Feed::hear_at`] a little after it sounded — a room's echo of what a sink reports having
+    /// played, which comes in blocks, a while after it played — is still heard whole, as a real
+    /// room's echo always is. (Handed over as its 20 ms began, a frame met an echo 21 ms late
+    /// only where the sink had reported within a millisecond: most of the echo's direct sound
+    /// was lost, and what came through no linear filter could take out — 5 dB at best.)
+    pub fn with_latency(self, frames: u64) -> FeedSource {
+        FeedSource {
+            latency_frames: frames,
+            ..self
+        }
     }
 }
 
@@ -443,6 +461,7 @@ impl AudioSource for FeedSource {
         let lost_here = lost.clone();
         let feed = self.feed.clone();
         let noise = self.noise;
+        let latency = self.latency_frames;
         let period = Duration::from_secs_f64(FRAME_MS as f64 / 1000.0 / self.speed);
         tokio::spawn(async move {
             let mut seed: u32 = 0x9E37_79B9;
@@ -452,6 +471,7 @@ impl AudioSource for FeedSource {
             feed.sent.store(0, std::sync::atomic::Ordering::SeqCst);
             lock(&feed.ambient).1.clear();
             let mut sent: u64 = 0;
+            let mut ticks: u64 = 0;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -463,6 +483,11 @@ impl AudioSource for FeedSource {
                 {
                     lost_here.set("the microphone was disconnected");
                     return;
+                }
+                // (Frame `n` is made at tick `n + latency`: the first tick is its start.)
+                ticks += 1;
+                if ticks <= latency {
+                    continue;
                 }
                 let mut frame = Vec::with_capacity(FRAME);
                 {
