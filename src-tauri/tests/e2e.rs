@@ -331,7 +331,7 @@ async fn on_wayland_the_push_to_talk_shortcut_comes_through_the_desktop_portal()
 
     // Settings says how the key comes in, in the desktop's words.
     app.chat_window().await;
-    app.click("#open-settings").await;
+    app.open_settings().await;
     let note = app
         .wait_for("the shortcut's note", |app| async move {
             let note = app.text("#set-shortcut-note").await;
@@ -462,7 +462,7 @@ async fn the_microphone_chosen_in_settings_is_the_one_the_orb_listens_to() {
 
     // Settings lists the real devices and keeps the missing one, marked.
     app.chat_window().await;
-    app.click("#open-settings").await;
+    app.open_settings().await;
     let options = app
         .wait_for("the microphones listed", |app| async move {
             let list = app
@@ -806,7 +806,7 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
     let data = Data::new();
     let app = App::start(&stub, &data).await;
     app.chat_window().await;
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.click("#open-tools").await;
     app.wait_for("the empty Tools page", |app| async move {
         app.visible("#tools-empty").await.then_some(())
@@ -851,7 +851,7 @@ async fn a_server_added_in_settings_offers_its_tools_and_an_always_allowed_one_c
         data.store().allowed_tools().unwrap(),
         [("everything".to_string(), "echo".to_string())]
     );
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.click("#open-tools").await;
     app.wait_for("echo always allowed", |app| async move {
         (app.count("[data-tool=echo] .ask-again").await == 1).then_some(())
@@ -1327,7 +1327,7 @@ async fn a_settings_change_restarts_the_voice_only_once_jarvis_has_finished_spea
     data.wait_for_reply_end().await;
     // The text has ended; its voice goes on. A setting that needs a new voice loop is saved.
     app.chat_window().await;
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.wait_for("the settings", |app| async move {
         app.visible("#set-wake").await.then_some(())
     })
@@ -1369,7 +1369,7 @@ async fn jarvis_s_voice_and_its_speed_are_chosen_in_settings_and_a_missing_piper
     let data = Data::new();
     let app = App::start(&stub, &data).await;
     app.chat_window().await;
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.wait_for("the settings", |app| async move {
         app.visible("#set-tts").await.then_some(())
     })
@@ -1404,7 +1404,7 @@ async fn jarvis_s_voice_and_its_speed_are_chosen_in_settings_and_a_missing_piper
         "{saved}"
     );
     // Opened again, it shows what was saved.
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.wait_for("the saved voice shown", |app| async move {
         let shown = app
             .eval(
@@ -1698,7 +1698,7 @@ async fn the_offered_model_downloads_with_a_progress_bar_stops_resumes_and_answe
     app.screenshots("model-offer-downloading").await;
 
     // The Models page, from Settings, shows the same download; Stop keeps what came.
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.click("#open-models").await;
     app.wait_for("the page's list and bar", |app| async move {
         let value = app
@@ -1772,7 +1772,7 @@ async fn the_offered_model_downloads_with_a_progress_bar_stops_resumes_and_answe
     app.screenshots("model-offer-done").await;
 
     // The page says it is in use, and switches to the server's model in one step.
-    app.click("#open-settings").await;
+    app.open_settings().await;
     app.click("#open-models").await;
     app.wait_for("the model in use", |app| async move {
         (app.attr("#model-list [data-name='test-3b']", "data-state")

@@ -496,6 +496,32 @@ impl Page {
         .await;
     }
 
+    /// Opens Settings from the chat window and waits until its form is shown. The page wires
+    /// its buttons once its start has asked the app whether it can run, a while after the page
+    /// has loaded on a busy machine, and a click before that does nothing: the button is
+    /// clicked again each second until the form opens.
+    pub async fn open_settings(&self) {
+        let start = Instant::now();
+        loop {
+            self.click("#open-settings").await;
+            let clicked = Instant::now();
+            while clicked.elapsed() < Duration::from_secs(1) {
+                if self
+                    .eval("return document.getElementById('settings').open")
+                    .await
+                    == json!(true)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "Settings did not open within {LIMIT:?}"
+            );
+        }
+    }
+
     pub async fn orb_window(&self) {
         assert!(self.switch_to("Jarvis orb").await, "no orb window");
     }
