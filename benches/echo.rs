@@ -14,6 +14,8 @@
 //!   are stops, and how many of the rest are taken for a question or a stop; and how long the
 //!   listener takes from the frame that ends one to its verdict, heard once or a second time
 //!   without the voice;
+//! - short questions and words said over the voice ("Why?", "Thank you."): how many are
+//!   asked, none taken for a hesitation or a stop;
 //! - the canceller's cost per 10 ms frame, in µs and % of one core.
 //!
 //! Run: `cargo bench --bench echo` (`-- short`: what is said over the voice and the canceller's
@@ -267,6 +269,12 @@ fn median_ms(mut took: Vec<Duration>) -> String {
 }
 
 fn main() {
+    if let Ok(filter) = std::env::var("JARVIS_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let whisper: Arc<dyn Transcriber> = Arc::new(Counted(Arc::new(
         models::load_whisper(&model_dir(), SpeechModel::TinyEn, 2)
             .unwrap_or_else(|e| panic!("{e}")),
@@ -286,6 +294,7 @@ fn main() {
     let mut verdicts = Verdicts::default();
     said_over_its_voice(&whisper, &rooms, &answer, &mut verdicts);
     short_words(&whisper, &rooms, &answer, &mut verdicts);
+    short_questions(&whisper, &rooms, &answer);
     verdicts.print();
     canceller_cost(&rooms, &long);
 }
@@ -402,6 +411,50 @@ fn said_over_its_voice(
     println!(
         "questions with their words: {questions_right}/10; stops heard as stop: {stops_right}/10"
     );
+}
+
+/// Short questions and words said over the voice that are neither a stop nor a hesitation:
+/// how many are asked with words whisper wrote (none may be taken for a hesitation or a stop).
+fn short_questions(whisper: &Arc<dyn Transcriber>, rooms: &[Room], answer: &[f32]) {
+    println!("## short questions and words said over its voice (20; 6 rooms)");
+    let mut kept = 0;
+    let mut n = 0;
+    for (j, words) in [
+        "Why?",
+        "What time is it?",
+        "Who wrote it?",
+        "How far is it?",
+        "Really?",
+        "Okay.",
+        "Thank you.",
+        "Wait.",
+        "Sorry.",
+        "Go on.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for variant in [j, j + 5] {
+            let sound = fixtures::said(words, variant).expect("espeak-ng");
+            let room = rooms[n % rooms.len()];
+            let at = SAMPLE_RATE as usize * (6 + n % 9);
+            n += 1;
+            let h = said_over(whisper, &room, answer, &sound, at);
+            let asked = h.len() == 1 && h[0].0.heard == Heard::Question;
+            kept += usize::from(asked);
+            if !asked {
+                let heard: Vec<_> = h
+                    .iter()
+                    .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
+                    .collect();
+                println!(
+                    "  {words} (voice {variant}, room {}): heard {heard:?}",
+                    (n - 1) % rooms.len()
+                );
+            }
+        }
+    }
+    println!("asked as a question: {kept}/{n}");
 }
 
 /// Short words said over the voice, and how long their verdicts take.

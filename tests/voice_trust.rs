@@ -925,3 +925,32 @@ fn a_stop_whisper_wrote_as_other_words_over_the_voice_is_known_by_how_likely_it_
         );
     }
 }
+
+/// Over the voice whisper writes a hesitation it heard through the voice's residue as words
+/// ("Uh." as "I'm sorry.", "Hmm." as "Thank you.", `cargo bench --bench echo`), but finds the
+/// hesitation itself about as likely as the whole of the clip: that is a filler, never a
+/// question. Not where it finds what it wrote far likelier (a person's "Thank you."), nor the
+/// hesitation unlikely, nor away from the voice.
+#[test]
+fn a_hesitation_whisper_wrote_as_words_over_the_voice_is_a_filler_not_a_question() {
+    let filler = |text: &str| vec![(Heard::Filler, text.to_string())];
+    let question = |text: &str| vec![(Heard::Question, text.to_string())];
+    // (stop, hesitation, what was written)
+    let heard = weighed_as(Weighs::new("I'm sorry.", (-12.0, -2.5, -2.0)), true);
+    assert_eq!(heard, filler("I'm sorry."));
+    let heard = weighed_as(Weighs::new("Thank you.", (-14.0, -3.0, -3.5)), true);
+    assert_eq!(heard, filler("Thank you."));
+    // What was written far likelier: a person's words.
+    let heard = weighed_as(Weighs::new("Thank you.", (-15.0, -9.0, -1.0)), true);
+    assert_eq!(heard, question("Thank you."));
+    // The hesitation unlikely as the whole of the clip, however unsure whisper was.
+    let heard = weighed_as(Weighs::new("Then.", (-15.0, -7.0, -6.5)), true);
+    assert_eq!(heard, question("Then."));
+    // Not over the voice: never weighed.
+    let whisper = Weighs::new("I'm sorry.", (-12.0, -2.5, -2.0));
+    assert_eq!(weighed_as(whisper.clone(), false), question("I'm sorry."));
+    assert_eq!(
+        whisper.weighed.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}

@@ -510,8 +510,10 @@ impl Listener {
         {
             heard = Heard::Stop;
         }
+        let mut odds = None;
         if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
-            if let Some(stop) = self.stop_by_its_odds(&utterance, heard_samples, &text, &answers) {
+            odds = self.weighed(&utterance, heard_samples, &text, &answers);
+            if let Some(stop) = odds.as_ref().and_then(Odds::stop) {
                 (heard, text) = (Heard::Stop, stop);
             }
         }
@@ -521,6 +523,12 @@ impl Listener {
             {
                 (heard, text) = (Heard::Stop, stop);
             }
+        }
+        if heard == Heard::Question && odds.as_ref().is_some_and(Odds::filler) {
+            // An "uh" or a "hmm" over the voice that whisper wrote as words ("I'm sorry.",
+            // "Thank you."): it finds the hesitation about as likely.
+            tracing::debug!("a short utterance over the voice weighed as a hesitation: filler");
+            heard = Heard::Filler;
         }
         if matches!(heard, Heard::Question | Heard::Stop | Heard::Goodbye)
             && self.began_while_speaking
@@ -573,7 +581,7 @@ const STOP_AT_MOST_VOICED: usize = 75;
 const MISHEARD_AT_MOST_WORDS: usize = 2;
 
 /// The most words of a transcript whose clip is weighed for a stop (see
-/// [`Listener::stop_by_its_odds`]): "It's time, it's a bit" was "Stop it.".
+/// [`Listener::weighed`]): "It's time, it's a bit" was "Stop it.".
 const WEIGHED_AT_MOST_WORDS: usize = 5;
 
 /// What else a clip weighed for a stop is weighed as — hesitations, and the stops said with a
@@ -595,6 +603,21 @@ const NOT_STOPS: &[&str] = &[
     "don't cancel it",
 ];
 
+/// How many of [`NOT_STOPS`], from the first, are hesitations.
+const HESITATIONS: usize = 8;
+
+/// How likely whisper must find a hesitation ("uh", "hmm", …) as the whole of a short clip said
+/// over the voice, which it wrote as words, for the clip to be taken for one (nats). The
+/// hesitations it had written as questions ("I'm sorry.", "Thank you.", "This is her.") came
+/// out at −2.4 to −5.0; a person's short words that are no hesitation ("Go on.", "Wait.",
+/// "Okay.", "Why?", …), −6.3 and below (`cargo bench --bench echo`, BENCHMARKS.md).
+const HESITATION_LEAST_LOG_P: f32 = -6.0;
+
+/// How much likelier than the hesitation what whisper wrote may be, for the clip to be taken
+/// for one (nats): the hesitations it had written as questions were at most 0.8 likelier than
+/// what it wrote; a person's short words, 1.5 likelier and more (5 and more but for "Go on!").
+const WRITTEN_AT_MOST_LIKELIER_THAN_HESITATION: f32 = 1.0;
+
 /// How likely whisper must find a stop phrase as the whole of a short clip said over the voice
 /// (log-probability, nats): about 1 in 400. Stops said over the voice came out at −0.3 to −5.6,
 /// whatever whisper wrote; the words of a person saying something else ("Okay.", "Thank you.",
@@ -610,6 +633,42 @@ const WRITTEN_AT_MOST_LIKELIER: f32 = 3.0;
 /// likelier than a hesitation and 6 or more than "don't stop"; "Um.", "Er." and the voice's own
 /// residue were −1.9 and less, and "Don't stop." written "Go on to time." −1.3.
 const NOT_STOPS_AT_LEAST_LESS_LIKELY: f32 = 3.0;
+
+/// How likely whisper found a short utterance said over the voice to be each of a few things
+/// (log-probabilities, nats; see [`Listener::weighed`]).
+#[derive(Debug, Clone, PartialEq)]
+struct Odds {
+    /// The likeliest stop phrase.
+    stop: String,
+    /// How likely that stop is.
+    stop_p: f32,
+    /// How likely what whisper wrote is.
+    written_p: f32,
+    /// The likeliest of what it would be if it were no stop ([`NOT_STOPS`]).
+    other_p: f32,
+    /// The likeliest hesitation.
+    hesitation_p: f32,
+}
+
+impl Odds {
+    /// The stop it was, where whisper finds the stop likely enough ([`STOP_LEAST_LOG_P`]), not
+    /// much less likely than what it wrote ([`WRITTEN_AT_MOST_LIKELIER`]), and far likelier than
+    /// any "um" or "don't stop" ([`NOT_STOPS_AT_LEAST_LESS_LIKELY`]).
+    fn stop(&self) -> Option<String> {
+        let likely = self.stop_p >= STOP_LEAST_LOG_P
+            && self.written_p - self.stop_p <= WRITTEN_AT_MOST_LIKELIER
+            && self.stop_p - self.other_p >= NOT_STOPS_AT_LEAST_LESS_LIKELY;
+        likely.then(|| format!("{}.", capitalised(&self.stop)))
+    }
+
+    /// Whether it was a hesitation whisper wrote as words: one it finds likely enough
+    /// ([`HESITATION_LEAST_LOG_P`]) and about as likely as what it wrote
+    /// ([`WRITTEN_AT_MOST_LIKELIER_THAN_HESITATION`]).
+    fn filler(&self) -> bool {
+        self.hesitation_p >= HESITATION_LEAST_LOG_P
+            && self.written_p - self.hesitation_p <= WRITTEN_AT_MOST_LIKELIER_THAN_HESITATION
+    }
+}
 
 /// Whether every word of `text` is in one of the answers Jarvis is speaking or just spoke.
 fn spoken_by_the_voice(text: &str, answers: &[String]) -> bool {
@@ -659,27 +718,25 @@ impl Listener {
         Ok(stop.then_some(text))
     }
 
-    /// A stop said over the voice that whisper wrote as other words — the voice's residue before
-    /// it and the canceller's hold on its first sound make "Stop." into "It's time.", "the top."
-    /// or "It was time." — known by how likely whisper finds each stop phrase as the whole of
-    /// what it heard, against what it wrote and against what it would be if it were no stop (see
-    /// [`Transcriber::weigh`]): the stop it finds likely enough ([`STOP_LEAST_LOG_P`]), not much less
-    /// likely than what it wrote ([`WRITTEN_AT_MOST_LIKELIER`]), and far likelier than any "um"
-    /// or "don't stop" ([`NOT_STOPS_AT_LEAST_LESS_LIKELY`]).
+    /// How likely whisper finds each stop phrase, each hesitation and each "don't stop" as the
+    /// whole of a short utterance said over the voice, and what it wrote (see
+    /// [`Transcriber::weigh`] and [`Odds`]): the voice's residue before a word and the
+    /// canceller's hold on its first sound make "Stop." into "It's time.", "the top." or "It was
+    /// time.", and an "uh" into "I'm sorry.".
     ///
     /// Only for a short utterance (a stop's voice, a few words written) the canceller was taking
     /// the voice out of, in English (the only language measured); never where what was written
     /// says no ("Don't stop.") or is all words of the answer being spoken (a word of the voice
-    /// that came through), nor for a stop the answer holds. Blocking: the clip is encoded once
-    /// more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads); a
-    /// transcriber that cannot weigh never finds a stop this way.
-    fn stop_by_its_odds(
+    /// that came through); a stop the answer holds is not weighed. Blocking: the clip is encoded
+    /// once more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads); a
+    /// transcriber that cannot weigh weighs nothing.
+    fn weighed(
         &self,
         utterance: &Utterance,
         heard: &[i16],
         text: &str,
         answers: &[String],
-    ) -> Option<String> {
+    ) -> Option<Odds> {
         let said = words(text);
         if self.language.resolved() != Language::En
             || !utterance.held_back()
@@ -714,22 +771,24 @@ impl Listener {
             .zip(&weighed)
             .map(|(phrase, p)| (phrase.trim_end_matches(['.', '!']), *p))
             .max_by(|a, b| a.1.total_cmp(&b.1))?;
-        let other_p = weighed[stops.len()..stops.len() + NOT_STOPS.len()]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        let written_p = weighed[phrases.len() - 1];
+        let best = |ps: &[f32]| ps.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let not_stops = &weighed[stops.len()..stops.len() + NOT_STOPS.len()];
+        let odds = Odds {
+            stop: stop.to_string(),
+            stop_p,
+            written_p: weighed[phrases.len() - 1],
+            other_p: best(not_stops),
+            hesitation_p: best(&not_stops[..HESITATIONS]),
+        };
         tracing::debug!(
             stop,
-            stop_p,
-            written_p,
-            other_p,
-            "a short utterance over the voice weighed for a stop"
+            odds.stop_p,
+            odds.written_p,
+            odds.other_p,
+            odds.hesitation_p,
+            "a short utterance over the voice weighed"
         );
-        let likely = stop_p >= STOP_LEAST_LOG_P
-            && written_p - stop_p <= WRITTEN_AT_MOST_LIKELIER
-            && stop_p - other_p >= NOT_STOPS_AT_LEAST_LESS_LIKELY;
-        likely.then(|| format!("{}.", capitalised(stop)))
+        Some(odds)
     }
 
     /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as
