@@ -6,8 +6,9 @@
 //!   it plays) or utterances heard from its own voice, without the canceller (today's loop, the
 //!   baseline) and with it (goal 0);
 //! - the first answer a canceller hears (50: 10 answers x 5 rooms), knowing nothing of the room
-//!   and remembering that the voice comes back into the microphone (a restart of the loop, the
-//!   next run);
+//!   (a start over the voice told at once, the baseline, and once the canceller knows the room;
+//!   how many utterances are taken as the user's words) and remembering that the voice comes
+//!   back into the microphone (a restart of the loop, the next run);
 //! - a question and a lone "stop" said over the voice at full volume (the voice lowered as the
 //!   loop lowers it once it hears the onset): how many come through right;
 //! - short words said over the voice (stop phrases, fillers, a cough, a knock): how many stops
@@ -19,7 +20,7 @@
 //! - the canceller's cost per 10 ms frame, in µs and % of one core.
 //!
 //! Run: `cargo bench --bench echo` (`-- short`: what is said over the voice and the canceller's
-//! cost only)
+//! cost only; `-- barge-ins`: the echo removed and the false barge-ins only)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -108,6 +109,9 @@ enum Start {
     Fresh,
     /// Remembering that the voice comes back into this microphone (a restart, the next run).
     Remembering,
+    /// Knowing nothing, with the listener telling every start at once, as before a start over
+    /// the voice waited for the canceller to know the room (the baseline).
+    FreshToldAtOnce,
 }
 
 /// Ducks (speech onsets while the voice plays) and utterances heard over `mic`, each with its
@@ -119,7 +123,7 @@ fn listen(
     cancel: Option<Start>,
     skip_ms: u64,
 ) -> (usize, Vec<(UtteranceReport, Verdict)>) {
-    let (onsets, heard) = listen_for_onsets(whisper, mic, played, cancel, skip_ms);
+    let (onsets, heard) = listen_for_onsets(whisper, mic, played, cancel, skip_ms, None);
     (onsets.len(), heard)
 }
 
@@ -130,8 +134,12 @@ fn listen_for_onsets(
     played: &[f32],
     cancel: Option<Start>,
     skip_ms: u64,
+    said: Option<&str>,
 ) -> (Vec<usize>, Vec<(UtteranceReport, Verdict)>) {
     let shared = Shared::default();
+    if let Some(said) = said {
+        shared.said(true, said);
+    }
     let mut listener = Listener::new(
         ListenMode::HandsFree,
         whisper.clone(),
@@ -139,13 +147,16 @@ fn listen_for_onsets(
         0.5,
         shared.clone(),
     );
+    if matches!(cancel, Some(Start::FreshToldAtOnce)) {
+        listener = listener.telling_every_start();
+    }
     // Without the canceller, today's loop still knows when its voice plays.
     let playing: Vec<bool> = played
         .chunks(320)
         .map(|c| audio::loudness(c) > 0.0)
         .collect();
     let mut echo = cancel.map(|start| match start {
-        Start::Fresh => OfflineEcho::new(played),
+        Start::Fresh | Start::FreshToldAtOnce => OfflineEcho::new(played),
         Start::Remembering => OfflineEcho::recalling(played, true),
     });
     let (mut ducks, mut heard) = (Vec::new(), Vec::new());
@@ -205,7 +216,7 @@ fn said_over(
     let heard_over = |played: &[f32]| {
         let mut mic = room.hear(played);
         mix_into(&mut mic, sound, at);
-        listen_for_onsets(whisper, &mic, played, Some(Start::Fresh), 1500)
+        listen_for_onsets(whisper, &mic, played, Some(Start::Fresh), 1500, None)
     };
     let (onsets, heard) = heard_over(answer);
     let Some(onset) = onsets.into_iter().find(|k| k * 320 >= at) else {
@@ -280,6 +291,7 @@ fn main() {
             .unwrap_or_else(|e| panic!("{e}")),
     )));
     let short_only = std::env::args().any(|a| a == "short");
+    let barge_ins_only = std::env::args().any(|a| a == "barge-ins");
     let rooms = rooms();
     let long = fixtures::speech(&ANSWERS.join(" "))
         .expect("espeak-ng")
@@ -287,6 +299,9 @@ fn main() {
 
     if !short_only {
         echo_and_barge_ins(&whisper, &rooms, &long);
+    }
+    if barge_ins_only {
+        return;
     }
     let answer = fixtures::speech(ANSWERS[..4].join(" ").as_str())
         .expect("espeak-ng")
@@ -318,7 +333,16 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     // conversation: the canceller has heard the room before; the first answer it ever hears
     // is counted apart.
     let (mut base_ducks, mut base_heard, mut ducks, mut heard) = (0, 0, 0, 0);
-    let (mut first_ducks, mut first_heard) = (0, 0);
+    // (ducks, utterances, taken as the user's words), telling every start at once (the
+    // baseline) and as it ships.
+    let (mut first_told, mut first) = ((0, 0, 0), (0, 0, 0));
+    let asked_in = |h: &[(UtteranceReport, Verdict)]| {
+        h.iter()
+            .filter(|(r, _)| !r.heard.ignored())
+            .map(|(r, _)| format!("{:?} {}", r.heard, r.text))
+            .collect::<Vec<_>>()
+    };
+    let mut first_asked = (Vec::new(), Vec::new());
     let (mut remembered_ducks, mut remembered_heard) = (0, 0);
     // Its own voice heard as a stop would stop the answer it is giving.
     let mut stops = 0;
@@ -341,13 +365,23 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
             heard += h.len();
             stops += stops_in(&h);
             examples.extend(h.into_iter().map(|(r, _)| r.text));
-            // The same answer as the first a canceller hears: knowing nothing, and remembering
-            // the room.
+            // The same answer as the first a canceller hears: knowing nothing (the listener told
+            // what the voice says, as the loop tells it), and remembering the room.
             let mic = room.hear(&answer);
-            let (d, h) = listen(whisper, &mic, &answer, Some(Start::Fresh), 0);
-            first_ducks += d;
-            first_heard += h.len();
-            stops += stops_in(&h);
+            for (start, counts, asked) in [
+                (Start::FreshToldAtOnce, &mut first_told, &mut first_asked.0),
+                (Start::Fresh, &mut first, &mut first_asked.1),
+            ] {
+                let (d, h) = listen_for_onsets(whisper, &mic, &answer, Some(start), 0, Some(text));
+                let words = asked_in(&h);
+                *counts = (
+                    counts.0 + d.len(),
+                    counts.1 + h.len(),
+                    counts.2 + words.len(),
+                );
+                asked.extend(words);
+                stops += stops_in(&h);
+            }
             let (d, h) = listen(whisper, &mic, &answer, Some(Start::Remembering), 0);
             remembered_ducks += d;
             remembered_heard += h.len();
@@ -357,7 +391,12 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     println!("without the canceller (today's loop): {base_ducks} ducks, {base_heard} utterances");
     println!("with the canceller: {ducks} ducks, {heard} utterances {examples:?}");
     println!(
-        "the first answer it hears, 50 (10 answers x 5 rooms), knowing nothing: {first_ducks} ducks, {first_heard} utterances"
+        "the first answer it hears, 50 (10 answers x 5 rooms), knowing nothing, every start told at once (the baseline): {} ducks, {} utterances, {} taken as the user's words {:?}",
+        first_told.0, first_told.1, first_told.2, first_asked.0
+    );
+    println!(
+        "the same 50, a start over the voice told once the canceller knows the room: {} ducks, {} utterances, {} taken as the user's words {:?}",
+        first.0, first.1, first.2, first_asked.1
     );
     println!(
         "the same 50, the room remembered (a restart, the next run): {remembered_ducks} ducks, {remembered_heard} utterances"

@@ -531,20 +531,28 @@ fn a_person_who_speaks_as_each_sentence_begins_is_not_taken_for_an_echo_path() {
     assert!(changed * 2 > total, "{changed} of {total} frames");
 }
 
-/// The voice ducked (speech onsets while it plays) and the utterances heard over `mic`, from its
-/// first frame, with the canceller `echo`; and what the canceller learned.
-fn first_answer(mic: &[f32], mut echo: OfflineEcho) -> (usize, Vec<UtteranceReport>, Option<bool>) {
-    let (ducks, mut heard) = heard_through(mic, Some(&mut echo), None);
+/// The voice ducked (speech onsets while it plays) and the utterances heard over `mic` that are
+/// not ignored, from its first frame, with the canceller `echo`; and what the canceller learned.
+fn first_answer(mic: &[f32], echo: OfflineEcho) -> (usize, Vec<UtteranceReport>, Option<bool>) {
+    let (ducks, mut heard, learned) = first_answer_opened(mic, echo);
     heard.retain(|r| !r.heard.ignored());
+    (ducks, heard, learned)
+}
+
+/// [`first_answer`], with every utterance that opened, ignored or not.
+fn first_answer_opened(
+    mic: &[f32],
+    mut echo: OfflineEcho,
+) -> (usize, Vec<UtteranceReport>, Option<bool>) {
+    let (ducks, heard) = heard_through(mic, Some(&mut echo), None);
     (ducks, heard, echo.learned())
 }
 
 #[test]
 fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_not_duck() {
     // A canceller that knows nothing listens to its first answer's opening as it is, until it
-    // hears the voice come back (a second or so): that opening lowered the voice for its own
-    // echo. One that remembers the microphone hears the voice come back cancels from the first
-    // word.
+    // hears the voice come back (a second or so). One that remembers the microphone hears the
+    // voice come back cancels from the first word: its opening opens no utterance at all.
     // (The second answer's opening reads as not echoed at the canceller's first judgement,
     // in every room: a memory given up on one judgement ducked there.)
     // (The third's opening has a pause in it: early judgements reached back to it only at the
@@ -558,8 +566,8 @@ fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_n
     for (a, answer) in answers.iter().enumerate() {
         for (i, room) in rooms().into_iter().enumerate() {
             let mic = room.hear(answer);
-            let (ducks, heard, learned) = first_answer(&mic, OfflineEcho::new(answer));
-            fresh.push((a, i, ducks, heard.len()));
+            let (ducks, opened, learned) = first_answer_opened(&mic, OfflineEcho::new(answer));
+            fresh.push((a, i, ducks, opened.len()));
             assert_eq!(
                 learned,
                 Some(true),
@@ -580,13 +588,97 @@ fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_n
             );
         }
     }
-    // (What the memory saves: a canceller that knows nothing lowers the voice for its opening.
+    // (What the memory saves: a canceller that knows nothing hears its opening as an utterance.
     // Should it no longer, this test has nothing left to show.)
     assert!(
-        fresh.iter().any(|(_, _, ducks, _)| *ducks > 0),
-        "knowing nothing, the opening ducks: {fresh:?}"
+        fresh.iter().any(|(_, _, _, opened)| *opened > 0),
+        "knowing nothing, the opening is heard: {fresh:?}"
     );
     assert!(recalled.is_empty(), "remembered: {recalled:?}");
+}
+
+#[test]
+fn the_first_answer_a_canceller_ever_hears_on_speakers_does_not_duck_for_its_own_opening() {
+    // Knowing nothing of the room, the canceller lets the opening through as it was heard, and
+    // the listener opens an utterance on it: the voice's own echo. Until the canceller knows
+    // whether the voice comes back, such a start is not told, and the voice is not lowered for
+    // it (it was, in every room: 51 of 50 first answers in the echo benchmark).
+    // (What whisper writes of that opening is judged as before: BENCHMARKS.md counts how often
+    // it is still taken for the user's words.)
+    let answers = [
+        speech(ANSWER).samples,
+        fixtures::said(EGG, 1).expect("espeak-ng makes the fixture"),
+    ];
+    let mut ducked = Vec::new();
+    for (a, answer) in answers.iter().enumerate() {
+        for (i, room) in rooms().into_iter().enumerate() {
+            let (ducks, _, _) = first_answer(&room.hear(answer), OfflineEcho::new(answer));
+            if ducks > 0 {
+                ducked.push((a, i, ducks));
+            }
+        }
+    }
+    assert!(ducked.is_empty(), "(answer, room, ducks): {ducked:?}");
+}
+
+/// What is heard of "And what is the capital of Spain?" said half a second into the first
+/// answer a canceller ever hears, over `mic` (what the microphone hears of the answer): the
+/// frames the voice was lowered at, the utterances, what the canceller learned, and the frames
+/// the question spans.
+fn asked_over_the_first_answer(
+    mut mic: Vec<f32>,
+    answer: &[f32],
+) -> (
+    Vec<usize>,
+    Vec<UtteranceReport>,
+    Option<bool>,
+    std::ops::Range<usize>,
+) {
+    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
+    let at = 8_000;
+    mix_into(&mut mic, &question, at);
+    let mut echo = OfflineEcho::new(answer);
+    let (ducks, heard) = lowered_through(&mic, Some(&mut echo), Some(ANSWER));
+    (
+        ducks,
+        heard,
+        echo.learned(),
+        at / 320..(at + question.len()) / 320,
+    )
+}
+
+#[test]
+fn a_question_said_early_over_the_first_answer_is_heard_and_the_voice_is_lowered_only_for_it() {
+    // Headphones: the voice's first 300 ms bring nothing into the microphone, so the canceller
+    // knows at once that no echo comes back, and the person is ducked for as they begin.
+    let answer = speech(ANSWER).samples;
+    let (ducks, heard, learned, question) =
+        asked_over_the_first_answer(vec![0.0; answer.len()], &answer);
+    assert_eq!(learned, Some(false), "no echo comes back");
+    the_question_whole(&heard);
+    assert!(
+        ducks.len() == 1 && question.contains(&ducks[0]),
+        "ducked once, while the question was said (frames {question:?}): {ducks:?}"
+    );
+    // Speakers: the opening comes back, and is heard as it is until the canceller knows the
+    // room — the person talking over it keeps it from knowing until they stop. What was said is
+    // still asked (mixed with the voice's opening: whisper hears both), and the voice is never
+    // lowered for its own opening (it was, at its first syllable, before the question began).
+    let (ducks, heard, learned, question) =
+        asked_over_the_first_answer(Room::default().hear(&answer), &answer);
+    assert_eq!(learned, Some(true), "the echo is found");
+    let asked: Vec<_> = heard.iter().filter(|r| !r.heard.ignored()).collect();
+    assert!(
+        asked.len() == 1
+            && asked[0].heard == Heard::Question
+            && asked[0].text.to_lowercase().contains("capital"),
+        "{:?}",
+        verdicts(&heard)
+    );
+    assert!(
+        ducks.iter().all(|k| question.contains(k)),
+        "lowered only while the question was said (frames {question:?}): {ducks:?}"
+    );
 }
 
 #[test]

@@ -366,6 +366,14 @@ const MIN_COMPARED: usize = 50;
 const HEARD_OVER_FLOOR_DB: f32 = 6.0;
 /// The share of the voice's frames an echo is heard in at the least.
 const COVERED: f32 = 0.6;
+/// Frames of the judge's window (300 ms, from the voice's first where it starts after a quiet),
+/// and frames of voice among them, over which a microphone that heard nothing rise
+/// [`HEARD_OVER_FLOOR_DB`] above its quietest hears no echo: a room's comes back 20–60 ms late,
+/// a wireless speaker's within some 250 ms. (Known this early, a person with headphones who
+/// speaks half a second into the first answer is heard, and the voice lowered for them, at once.)
+const EARLY_FRAMES: usize = 15;
+/// Frames of voice among [`EARLY_FRAMES`] at the least.
+const EARLY_VOICED: usize = 12;
 /// Judgements in a row (100 ms apart) that the microphone does not follow the voice that give
 /// up a remembered echo path.
 const RECALLED_UNFOLLOWED: u32 = 3;
@@ -427,10 +435,20 @@ impl PathJudge {
 
     fn judge(&mut self) {
         let len = self.heard.len();
+        let active = self.active.iter().filter(|a| **a).count();
+        if self.path == EchoPath::Unknown && len >= EARLY_FRAMES && active >= EARLY_VOICED {
+            let (quietest, loudest) = self
+                .heard
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(lo, hi), h| (lo.min(*h), hi.max(*h)));
+            if loudest < quietest + HEARD_OVER_FLOOR_DB {
+                self.path = EchoPath::Absent;
+                return;
+            }
+        }
         if len < JUDGE_LAGS + 10 {
             return;
         }
-        let active = self.active.iter().filter(|a| **a).count();
         if active < 15 {
             return;
         }
@@ -1320,6 +1338,39 @@ mod tests {
     fn voice_frame(k: usize) -> Vec<f32> {
         let level = [0.5, 0.2, 0.35, 0.1, 0.45, 0.25, 0.3][k % 7];
         (0..FRAME).map(|i| level * (i as f32 * 0.3).sin()).collect()
+    }
+
+    /// A microphone's frame of faint room noise (about −64 dBFS), and `echo` over it.
+    fn heard_in_a_quiet_room(k: usize, echo: Option<&[f32]>) -> Vec<i16> {
+        (0..FRAME)
+            .map(|i| {
+                let noise = ((k * FRAME + i) * 7919 % 41) as f32 - 20.0;
+                let echo = echo.map_or(0.0, |e| e[i] * 0.3 * 32768.0);
+                (noise + echo).round() as i16
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_microphone_that_hears_nothing_rise_as_the_voice_begins_is_known_to_hear_no_echo_at_once() {
+        // Headphones: the voice's first 400 ms bring nothing into the microphone but the room's
+        // faint noise. (Until it was known, a person who spoke half a second into the first
+        // answer ever heard was not known to be someone, and the voice was not lowered for them.)
+        let loud: Vec<f32> = (0..FRAME).map(|i| 0.5 * (i as f32 * 0.3).sin()).collect();
+        let mut judge = PathJudge::new();
+        for k in 0..20 {
+            judge.push(&heard_in_a_quiet_room(k, None), &loud);
+        }
+        assert_eq!(judge.path, EchoPath::Absent);
+        // Speakers, the voice coming back 200 ms late: not taken for headphones, and found.
+        let mut judge = PathJudge::new();
+        let played: Vec<Vec<f32>> = (0..120).map(voice_frame).collect();
+        for k in 0..120_usize {
+            let echo = k.checked_sub(10).map(|j| played[j].as_slice());
+            judge.push(&heard_in_a_quiet_room(k, echo), &played[k]);
+            assert_ne!(judge.path, EchoPath::Absent, "frame {k}");
+        }
+        assert_eq!(judge.path, EchoPath::Present);
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub struct UtteranceReport {
 /// What listening brought.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ListenEvent {
-    /// Someone began to speak (Jarvis's voice ducks).
+    /// Someone began to speak (Jarvis's voice ducks). Over the voice, on a microphone the echo
+    /// canceller does not yet know (the opening of the first answer it ever hears), told only
+    /// once it knows and still hears someone, not the voice's echo.
     SpeechStarted,
     /// The speech ended (Jarvis's voice comes back): the last event of an utterance, after
     /// what was heard of it.
@@ -158,6 +160,15 @@ pub struct Listener {
     /// yet know whether Jarvis's voice comes back into the microphone (see
     /// [`EchoJudged::echo_unknown`]).
     heard_as_is_ms: Option<u64>,
+    /// The frame being heard went through as it was heard, not knowing whether the voice comes
+    /// back (see [`EchoJudged::echo_unknown`]).
+    echo_unknown_now: bool,
+    /// The open utterance began over the voice while the canceller did not know whether the
+    /// voice comes back into the microphone — the opening of the first answer it ever hears on
+    /// speakers is its own echo — so its start is not yet told (nothing is ducked for it): the
+    /// voiced frames in a row it has had since the canceller knows, and judged not its echo.
+    /// [`DEFERRED_START_FRAMES`] of them tell it.
+    start_untold: Option<usize>,
     /// The open utterance carries the wake word.
     holds_wake_word: bool,
     /// Judges whether a pause ends the turn.
@@ -170,6 +181,9 @@ pub struct Listener {
     ahead: Option<Ahead>,
     /// Whether words are transcribed ahead at all (off only for the benchmark's baseline).
     ahead_on: bool,
+    /// Whether a start over the voice waits for the canceller to know the room (`start_untold`;
+    /// off only for the benchmark's baseline).
+    untold_on: bool,
     /// The language's stop phrases by their sound, for what is said over the voice (none in
     /// Chinese).
     alike: Option<SoundAlike>,
@@ -210,6 +224,11 @@ const AHEAD_QUIET: usize = 5;
 /// pre-roll is longer while Jarvis speaks.
 const WAKE_PHRASE_INSIDE_MS: u64 = 220;
 
+/// Voiced frames in a row, heard once the canceller knows whether the voice comes back, that
+/// tell the start of an utterance that began over the voice before it knew (60 ms): someone is
+/// speaking, not the voice's echo, and the voice is ducked for them.
+const DEFERRED_START_FRAMES: usize = 3;
+
 /// Quiet that asks whether the person has finished when the end-of-turn model hears the voice:
 /// 200 ms, what it was trained on.
 const PAUSE_WITH_MODEL: usize = 10;
@@ -237,11 +256,14 @@ impl Listener {
             frame_index: 0,
             began_while_speaking: false,
             heard_as_is_ms: None,
+            echo_unknown_now: false,
+            start_untold: None,
             holds_wake_word: false,
             turn: TurnJudge::default(),
             asked: None,
             ahead: None,
             ahead_on: true,
+            untold_on: true,
             alike: SoundAlike::new(Language::En),
             language: Language::En,
         }
@@ -264,6 +286,13 @@ impl Listener {
     /// as before words were transcribed ahead (the benchmark's baseline).
     pub fn without_transcribing_ahead(mut self) -> Listener {
         self.ahead_on = false;
+        self
+    }
+
+    /// Tells every start at once, before the canceller knows whether the voice comes back too, as
+    /// before such a start waited (the benchmark's baseline).
+    pub fn telling_every_start(mut self) -> Listener {
+        self.untold_on = false;
         self
     }
 
@@ -303,7 +332,8 @@ impl Listener {
             shown * 0.8 + level * 0.2
         });
         self.frame_index += 1;
-        if judged.is_some_and(|j| j.echo_unknown) {
+        self.echo_unknown_now = judged.is_some_and(|j| j.echo_unknown);
+        if self.echo_unknown_now {
             self.heard_as_is_ms = Some(now_ms);
         }
         let mut out = Vec::new();
@@ -337,8 +367,35 @@ impl Listener {
         for segment in self.segmenter.push_judged(frame, judged, strict) {
             out.extend(self.segment(segment)?);
         }
+        self.tell_a_deferred_start(judged, &mut out);
         self.transcribe_ahead();
         Ok(out)
+    }
+
+    /// Tells the start of an utterance that began over the voice on a path not yet known (see
+    /// `start_untold`) once the canceller knows it and someone is still heard: voiced frames in
+    /// a row that are not the voice's residue — the canceller's output with the echo taken out,
+    /// or what is heard as it is where no echo comes back (headphones). Never after its end.
+    fn tell_a_deferred_start(&mut self, judged: Option<&EchoJudged>, out: &mut Vec<ListenEvent>) {
+        let Some(run) = self.start_untold else {
+            return;
+        };
+        if !self.segmenter.in_speech() {
+            self.start_untold = None;
+            return;
+        }
+        let voiced = self
+            .segmenter
+            .open_quiet()
+            .is_some_and(|(_, quiet)| quiet == 0);
+        let someone = !self.echo_unknown_now && voiced && !judged.is_some_and(|j| j.residue);
+        let run = if someone { run + 1 } else { 0 };
+        if run >= DEFERRED_START_FRAMES {
+            self.start_untold = None;
+            out.push(ListenEvent::SpeechStarted);
+        } else {
+            self.start_untold = Some(run);
+        }
     }
 
     /// Starts transcribing the open utterance after its first moments of quiet, where a pause
@@ -405,11 +462,18 @@ impl Listener {
                 self.began_while_speaking = self.shared.speaking();
                 self.asked = None;
                 self.ahead = None;
+                // (Hearing holds a restart of the loop back: a maybe-person is waited for too.)
                 self.shared.set_hearing(true);
                 if self.mode != ListenMode::Wake || self.shared.awake() {
                     self.prepare_transcriber();
                 }
-                vec![ListenEvent::SpeechStarted]
+                if self.untold_on && self.began_while_speaking && self.echo_unknown_now {
+                    self.start_untold = Some(0);
+                    Vec::new()
+                } else {
+                    self.start_untold = None;
+                    vec![ListenEvent::SpeechStarted]
+                }
             }
             Segment::Paused { voiced_frames } => {
                 if !self.turn_ended(voiced_frames) {
@@ -584,27 +648,17 @@ const MISHEARD_AT_MOST_WORDS: usize = 2;
 /// [`Listener::weighed`]): "It's time, it's a bit" was "Stop it.".
 const WEIGHED_AT_MOST_WORDS: usize = 5;
 
-/// What else a clip weighed for a stop is weighed as — hesitations, and the stops said with a
-/// no — each of which the stop must be far likelier than. (Over the voice the canceller holds
-/// back a word's first sound: "Don't stop." was written "Go on to time.", and "Stop." itself
-/// came close to what was written; "Don't stop." was far likelier.)
-const NOT_STOPS: &[&str] = &[
-    "uh",
-    "um",
-    "hmm",
-    "er",
-    "ah",
-    "oh",
-    "eh",
-    "mm",
-    "no",
-    "don't stop",
-    "don't cancel",
-    "don't cancel it",
-];
+/// The hesitations a clip weighed for a stop is also weighed as: the stop must be far likelier
+/// than each, and a clip likely enough to be one is a filler (see [`Odds::filler`]). (An
+/// English subset of `heard::FILLERS`, kept apart: the thresholds below were measured on these
+/// eight, and a longer list shifts the likeliest hesitation.)
+const WEIGHED_HESITATIONS: &[&str] = &["uh", "um", "hmm", "er", "ah", "oh", "eh", "mm"];
 
-/// How many of [`NOT_STOPS`], from the first, are hesitations.
-const HESITATIONS: usize = 8;
+/// The stops said with a no a clip weighed for a stop is also weighed as, each of which the stop
+/// must be far likelier than. (Over the voice the canceller holds back a word's first sound:
+/// "Don't stop." was written "Go on to time.", and "Stop." itself came close to what was
+/// written; "Don't stop." was far likelier.)
+const WEIGHED_NEGATIONS: &[&str] = &["no", "don't stop", "don't cancel", "don't cancel it"];
 
 /// How likely whisper must find a hesitation ("uh", "hmm", …) as the whole of a short clip said
 /// over the voice, which it wrote as words, for the clip to be taken for one (nats). The
@@ -629,9 +683,10 @@ const STOP_LEAST_LOG_P: f32 = -6.0;
 /// stop; what a person said that was no stop, 4.3 and more.
 const WRITTEN_AT_MOST_LIKELIER: f32 = 3.0;
 
-/// How much likelier than any of [`NOT_STOPS`] a stop must be: 3 nats. Stops were 4 or more
-/// likelier than a hesitation and 6 or more than "don't stop"; "Um.", "Er." and the voice's own
-/// residue were −1.9 and less, and "Don't stop." written "Go on to time." −1.3.
+/// How much likelier than any of [`WEIGHED_HESITATIONS`] and [`WEIGHED_NEGATIONS`] a stop must
+/// be: 3 nats. Stops were 4 or more likelier than a hesitation and 6 or more than "don't stop";
+/// "Um.", "Er." and the voice's own residue were −1.9 and less, and "Don't stop." written "Go
+/// on to time." −1.3.
 const NOT_STOPS_AT_LEAST_LESS_LIKELY: f32 = 3.0;
 
 /// How likely whisper found a short utterance said over the voice to be each of a few things
@@ -644,7 +699,8 @@ struct Odds {
     stop_p: f32,
     /// How likely what whisper wrote is.
     written_p: f32,
-    /// The likeliest of what it would be if it were no stop ([`NOT_STOPS`]).
+    /// The likeliest of what it would be if it were no stop ([`WEIGHED_HESITATIONS`],
+    /// [`WEIGHED_NEGATIONS`]).
     other_p: f32,
     /// The likeliest hesitation.
     hesitation_p: f32,
@@ -756,7 +812,8 @@ impl Listener {
             .flat_map(|phrase| [format!("{phrase}."), format!("{phrase}!")])
             .collect();
         let mut phrases: Vec<&str> = stops.iter().map(String::as_str).collect();
-        phrases.extend_from_slice(NOT_STOPS);
+        phrases.extend_from_slice(WEIGHED_HESITATIONS);
+        phrases.extend_from_slice(WEIGHED_NEGATIONS);
         phrases.push(text.trim());
         let weighed = match self.transcriber.weigh(&audio::to_f32(heard), &phrases) {
             Ok(Some(weighed)) if weighed.len() == phrases.len() => weighed,
@@ -772,13 +829,14 @@ impl Listener {
             .map(|(phrase, p)| (phrase.trim_end_matches(['.', '!']), *p))
             .max_by(|a, b| a.1.total_cmp(&b.1))?;
         let best = |ps: &[f32]| ps.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let not_stops = &weighed[stops.len()..stops.len() + NOT_STOPS.len()];
+        let hesitations = &weighed[stops.len()..stops.len() + WEIGHED_HESITATIONS.len()];
+        let negations = &weighed[stops.len() + hesitations.len()..phrases.len() - 1];
         let odds = Odds {
             stop: stop.to_string(),
             stop_p,
             written_p: weighed[phrases.len() - 1],
-            other_p: best(not_stops),
-            hesitation_p: best(&not_stops[..HESITATIONS]),
+            other_p: best(hesitations).max(best(negations)),
+            hesitation_p: best(hesitations),
         };
         tracing::debug!(
             stop,
