@@ -598,27 +598,40 @@ fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_n
 }
 
 #[test]
-fn the_first_answer_a_canceller_ever_hears_on_speakers_does_not_duck_for_its_own_opening() {
+fn the_first_answer_a_canceller_ever_hears_on_speakers_neither_ducks_for_nor_asks_its_own_opening()
+{
     // Knowing nothing of the room, the canceller lets the opening through as it was heard, and
     // the listener opens an utterance on it: the voice's own echo. Until the canceller knows
     // whether the voice comes back, such a start is not told, and the voice is not lowered for
-    // it (it was, in every room: 51 of 50 first answers in the echo benchmark).
-    // (What whisper writes of that opening is judged as before: BENCHMARKS.md counts how often
-    // it is still taken for the user's words.)
+    // it (it was, in every room: 51 of 50 first answers in the echo benchmark); and once it
+    // knows that the voice comes back, with no one heard since, the utterance was that echo —
+    // whisper wrote it as "The dice will totter what's built for the world.", too far from the
+    // answer for the echo filter, and it was asked (36 of 50 in the benchmark).
     let answers = [
-        speech(ANSWER).samples,
-        fixtures::said(EGG, 1).expect("espeak-ng makes the fixture"),
+        (ANSWER, speech(ANSWER).samples),
+        (
+            EGG,
+            fixtures::said(EGG, 1).expect("espeak-ng makes the fixture"),
+        ),
     ];
-    let mut ducked = Vec::new();
-    for (a, answer) in answers.iter().enumerate() {
+    let mut wrong = Vec::new();
+    for (a, (text, answer)) in answers.iter().enumerate() {
         for (i, room) in rooms().into_iter().enumerate() {
-            let (ducks, _, _) = first_answer(&room.hear(answer), OfflineEcho::new(answer));
-            if ducks > 0 {
-                ducked.push((a, i, ducks));
+            // (The listener is told what the voice says, as the loop tells it.)
+            let mut echo = OfflineEcho::new(answer);
+            let (ducks, mut heard) =
+                lowered_through(&room.hear(answer), Some(&mut echo), Some(text));
+            heard.retain(|r| !r.heard.ignored());
+            if !ducks.is_empty() || !heard.is_empty() {
+                let heard: Vec<String> = verdicts(&heard)
+                    .iter()
+                    .map(|(h, t)| format!("{h:?} {t}"))
+                    .collect();
+                wrong.push((a, i, ducks, heard));
             }
         }
     }
-    assert!(ducked.is_empty(), "(answer, room, ducks): {ducked:?}");
+    assert!(wrong.is_empty(), "(answer, room, ducks, asked): {wrong:?}");
 }
 
 /// What is heard of "And what is the capital of Spain?" said half a second into the first
@@ -648,7 +661,7 @@ fn asked_over_the_first_answer(
 }
 
 #[test]
-fn a_question_said_early_over_the_first_answer_is_heard_and_the_voice_is_lowered_only_for_it() {
+fn a_question_said_early_over_the_first_answer_lowers_the_voice_only_for_the_person() {
     // Headphones: the voice's first 300 ms bring nothing into the microphone, so the canceller
     // knows at once that no echo comes back, and the person is ducked for as they begin.
     let answer = speech(ANSWER).samples;
@@ -661,17 +674,17 @@ fn a_question_said_early_over_the_first_answer_is_heard_and_the_voice_is_lowered
         "ducked once, while the question was said (frames {question:?}): {ducks:?}"
     );
     // Speakers: the opening comes back, and is heard as it is until the canceller knows the
-    // room — the person talking over it keeps it from knowing until they stop. What was said is
-    // still asked (mixed with the voice's opening: whisper hears both), and the voice is never
-    // lowered for its own opening (it was, at its first syllable, before the question began).
+    // room — the person talking over it keeps it from knowing until they stop. The voice is
+    // never lowered for its own opening (it was, at its first syllable, before the question
+    // began). What was said is not asked: it ended once the canceller knew the voice comes
+    // back, with no one heard since, and whisper heard it mixed with the voice's opening ("The
+    // diphals are what is the capital of the end of 80, 80, I'm it is about free."), as it
+    // hears that opening alone — which would be asked as a question in most first answers.
     let (ducks, heard, learned, question) =
         asked_over_the_first_answer(Room::default().hear(&answer), &answer);
     assert_eq!(learned, Some(true), "the echo is found");
-    let asked: Vec<_> = heard.iter().filter(|r| !r.heard.ignored()).collect();
     assert!(
-        asked.len() == 1
-            && asked[0].heard == Heard::Question
-            && asked[0].text.to_lowercase().contains("capital"),
+        heard.iter().all(|r| r.heard.ignored()),
         "{:?}",
         verdicts(&heard)
     );
@@ -679,6 +692,60 @@ fn a_question_said_early_over_the_first_answer_is_heard_and_the_voice_is_lowered
         ducks.iter().all(|k| question.contains(k)),
         "lowered only while the question was said (frames {question:?}): {ducks:?}"
     );
+}
+
+#[test]
+fn held_to_talk_over_the_first_answer_the_person_is_ducked_for_at_once_and_asked() {
+    // The key held half a second into the first answer a canceller ever hears, on speakers:
+    // whoever is heard while it is held is the person, before the canceller knows the room too.
+    let answer = speech(ANSWER).samples;
+    let question = fixtures::said("And what is the capital of Spain?", 0).expect("espeak-ng");
+    let mut mic = Room::default().hear(&answer);
+    let at = 8_000;
+    mix_into(&mut mic, &question, at);
+    let shared = Shared::default();
+    shared.said(true, ANSWER);
+    let mut listener = Listener::new(ListenMode::PushToTalk, whisper(), None, 0.5, shared.clone());
+    let mut echo = OfflineEcho::new(&answer);
+    let mic: Vec<i16> = mic.iter().map(|s| audio::to_i16(*s)).collect();
+    let frames = audio::frames_of(&mic);
+    let held = at / 320..(at + question.len()) / 320 + 10;
+    let mut events = Vec::new();
+    for (k, frame) in frames.iter().enumerate().take(held.end) {
+        if held.contains(&k) {
+            let heard =
+                OfflineEcho::listen(Some(&mut echo), &mut listener, &shared, frame).unwrap();
+            events.extend(heard.into_iter().map(|e| (k, e)));
+        } else {
+            echo.next(frame);
+        }
+    }
+    events.extend(
+        listener
+            .finish()
+            .unwrap()
+            .into_iter()
+            .map(|e| (held.end, e)),
+    );
+    let started: Vec<usize> = events
+        .iter()
+        .filter(|(_, e)| *e == ListenEvent::SpeechStarted)
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(
+        started.len() == 1 && started[0] < held.start + 15,
+        "told as the person began (frame {}): {started:?}",
+        held.start
+    );
+    let asked: Vec<&UtteranceReport> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            ListenEvent::Heard(r) if !r.heard.ignored() => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 1, "{events:?}");
+    assert_eq!(asked[0].heard, Heard::Question, "{asked:?}");
 }
 
 #[test]

@@ -638,6 +638,7 @@ fn heard_by(
             linear: frame.clone(),
             voice_free,
             echo_unknown,
+            no_echo: false,
         };
         for event in listener.push_judged(&frame, Some(&judged)).unwrap() {
             if let ListenEvent::Heard(report) = event {

@@ -202,6 +202,10 @@ pub struct EchoJudged {
     /// does not yet know whether that voice comes back into this microphone (the first second
     /// or so of the first answer it ever plays): any echo in it is still in it.
     pub echo_unknown: bool,
+    /// No echo of Jarvis's voice can be in it: the canceller knows that the voice does not come
+    /// back into this microphone (headphones), or has played none yet; it went through as it was
+    /// heard.
+    pub no_echo: bool,
 }
 
 impl Capture {

@@ -310,6 +310,7 @@ impl Cancelled {
                 linear: capture.to_vec(),
                 voice_free: 1.0,
                 echo_unknown,
+                no_echo: !echo_unknown,
             },
         }
     }
@@ -780,6 +781,7 @@ impl Canceller {
                 linear,
                 voice_free,
                 echo_unknown: false,
+                no_echo: false,
             },
         }
     }

@@ -481,6 +481,7 @@ mod tests {
             linear: frame.to_vec(),
             voice_free,
             echo_unknown: false,
+            no_echo: false,
         };
         let quiet = vec![0; FRAME];
         let mut out = Vec::new();
