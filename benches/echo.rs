@@ -401,7 +401,9 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     println!(
         "the same 50, the room remembered (a restart, the next run): {remembered_ducks} ducks, {remembered_heard} utterances"
     );
-    println!("its own voice heard as a stop, in all 150 answers with the canceller: {stops}");
+    println!(
+        "its own voice heard as a stop, in all 200 answers heard with the canceller (the first answers twice): {stops}"
+    );
 }
 
 /// A question and a stop said over the voice.

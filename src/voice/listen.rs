@@ -519,23 +519,30 @@ impl Listener {
     /// An utterance that ended: what it was (see [`Listener::judge`]), and the end of speech.
     ///
     /// One that began over the voice before the canceller knew whether the voice comes back (the
-    /// opening of the first answer it ever hears on a microphone), and ended with the canceller
-    /// knowing that it does and having heard no one in it since (its start never told), was
-    /// the voice's own echo, whatever whisper writes of it: the opening came back, and whisper
-    /// wrote it too far from the answer's words for the echo filter ("The dice will totter
-    /// what's built for the world." for "The Eiffel Tower was built for the world's fair") —
-    /// asked as a question, in 36 of 50 first answers of the echo benchmark. A person who spoke
-    /// over that first second or so, and stopped before the canceller knew, was heard mixed
-    /// with the voice and is not asked either. One that ended before the canceller knew is judged
-    /// as any other.
+    /// opening of the first answer it hears on a microphone it does not remember), and ended
+    /// with the canceller knowing that it does and having heard no one in it since (its start
+    /// never told), was the voice's own echo, whatever whisper writes of it: the opening came
+    /// back, and whisper wrote it too far from the answer's words for the echo filter ("The dice
+    /// will totter what's built for the world." for "The Eiffel Tower was built for the world's
+    /// fair") — asked as a question, in 36 of 50 first answers of the echo benchmark. The cost:
+    /// a person who speaks over that first second and a half is not asked either — their speech
+    /// keeps the canceller from knowing until they stop, and whisper hears them mixed with the
+    /// opening. One that ended before the canceller knew (the longest utterance cut) is judged
+    /// as any other; so is one with the wake word in it.
     fn ended(&mut self, utterance: Utterance, brief: bool) -> Result<Vec<ListenEvent>, VoiceError> {
         let untold = self.start_untold.take().is_some();
-        let heard = if untold && !self.echo_unknown_now && !self.no_echo_now {
+        // (Waiting for the wake word, nothing is judged; and words with the wake word in them
+        // are the person's.)
+        let its_echo = untold
+            && !self.echo_unknown_now
+            && !self.no_echo_now
+            && !self.holds_wake_word
+            && (self.mode != ListenMode::Wake || self.shared.awake());
+        let heard = if its_echo {
             tracing::debug!(
                 start_ms = utterance.start_ms,
                 "heard before the canceller knew the voice comes back, and no one since: its echo"
             );
-            self.holds_wake_word = false;
             self.asked = None;
             Some(UtteranceReport {
                 heard: Heard::Echo,
