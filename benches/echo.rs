@@ -114,6 +114,14 @@ enum Start {
     FreshToldAtOnce,
 }
 
+/// Each of `heard` as `Verdict "words"`, to be printed.
+fn shown<'a>(heard: impl IntoIterator<Item = &'a (UtteranceReport, Verdict)>) -> Vec<String> {
+    heard
+        .into_iter()
+        .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
+        .collect()
+}
+
 /// Ducks (speech onsets while the voice plays) and utterances heard over `mic`, each with its
 /// [`Verdict`].
 fn listen(
@@ -336,12 +344,8 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
     // (ducks, utterances, taken as the user's words), telling every start at once (the
     // baseline) and as it ships.
     let (mut first_told, mut first) = ((0, 0, 0), (0, 0, 0));
-    let asked_in = |h: &[(UtteranceReport, Verdict)]| {
-        h.iter()
-            .filter(|(r, _)| !r.heard.ignored())
-            .map(|(r, _)| format!("{:?} {}", r.heard, r.text))
-            .collect::<Vec<_>>()
-    };
+    let asked_in =
+        |h: &[(UtteranceReport, Verdict)]| shown(h.iter().filter(|(r, _)| !r.heard.ignored()));
     let mut first_asked = (Vec::new(), Vec::new());
     let (mut remembered_ducks, mut remembered_heard) = (0, 0);
     // Its own voice heard as a stop would stop the answer it is giving.
@@ -439,10 +443,7 @@ fn said_over_its_voice(
         let stopped = h.iter().any(|(r, _)| r.heard == Heard::Stop);
         stops_right += usize::from(stopped);
         if !stopped {
-            let heard: Vec<_> = h
-                .iter()
-                .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
-                .collect();
+            let heard = shown(&h);
             println!(
                 "  {word:?} (voice {i}, room {}): heard {heard:?}",
                 i % rooms.len()
@@ -484,10 +485,7 @@ fn short_questions(whisper: &Arc<dyn Transcriber>, rooms: &[Room], answer: &[f32
             let asked = h.len() == 1 && h[0].0.heard == Heard::Question;
             kept += usize::from(asked);
             if !asked {
-                let heard: Vec<_> = h
-                    .iter()
-                    .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
-                    .collect();
+                let heard = shown(&h);
                 println!(
                     "  {words} (voice {variant}, room {}): heard {heard:?}",
                     (n - 1) % rooms.len()
@@ -538,11 +536,7 @@ fn short_words(
         let at = SAMPLE_RATE as usize * (6 + n % 9);
         let h = said_over(whisper, &room, answer, sound, at);
         verdicts.note(&h);
-        let heard: Vec<_> = h
-            .iter()
-            .filter(|(r, _)| !r.heard.ignored())
-            .map(|(r, _)| format!("{:?} {:?}", r.heard, r.text))
-            .collect();
+        let heard = shown(h.iter().filter(|(r, _)| !r.heard.ignored()));
         if *is_stop {
             stops += 1;
             let right = h.iter().any(|(r, _)| r.heard == Heard::Stop);

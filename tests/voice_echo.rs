@@ -94,6 +94,14 @@ fn verdicts(heard: &[UtteranceReport]) -> Vec<(Heard, &str)> {
     heard.iter().map(|r| (r.heard, r.text.as_str())).collect()
 }
 
+/// Each of `heard` as "Verdict words", to be shown where a test fails.
+fn shown(heard: &[UtteranceReport]) -> Vec<String> {
+    verdicts(heard)
+        .iter()
+        .map(|(h, t)| format!("{h:?} {t}"))
+        .collect()
+}
+
 #[test]
 fn its_own_voice_through_a_room_opens_no_utterance_once_cancelled_and_many_without() {
     let answer = speech(ANSWER).samples;
@@ -139,13 +147,7 @@ fn a_question_said_over_its_voice_comes_through_with_its_words() {
             .map(|r| r.text.to_lowercase())
             .unwrap_or_default();
         if questions.len() != 1 || !(text.contains("weather") && text.contains("tomorrow")) {
-            wrong.push((
-                i,
-                verdicts(&heard)
-                    .iter()
-                    .map(|(h, t)| format!("{h:?} {t}"))
-                    .collect::<Vec<_>>(),
-            ));
+            wrong.push((i, shown(&heard)));
         }
     }
     // Said over Jarvis's voice at full volume, a question's first words meet the canceller's
@@ -162,11 +164,9 @@ fn said_over_the_voice(phrase: &str, i: usize, room: &Room) -> Vec<String> {
     let played = ducked(&answer, at, words.len());
     let mut mic = room.hear(&played);
     mix_into(&mut mic, &words, at);
-    verdicts(&listen(&mic, Some(&played)))
-        .iter()
-        .filter(|(h, _)| !h.ignored())
-        .map(|(h, t)| format!("{h:?} {t}"))
-        .collect()
+    let mut heard = listen(&mic, Some(&played));
+    heard.retain(|r| !r.heard.ignored());
+    shown(&heard)
 }
 
 #[test]
@@ -575,11 +575,7 @@ fn a_room_heard_before_is_remembered_and_the_first_answer_after_a_restart_does_n
             );
             let (ducks, heard, learned) = first_answer(&mic, OfflineEcho::recalling(answer, true));
             if ducks > 0 || !heard.is_empty() {
-                let heard: Vec<String> = verdicts(&heard)
-                    .iter()
-                    .map(|(h, t)| format!("{h:?} {t}"))
-                    .collect();
-                recalled.push((a, i, ducks, heard));
+                recalled.push((a, i, ducks, shown(&heard)));
             }
             assert_eq!(
                 learned,
@@ -623,11 +619,7 @@ fn the_first_answer_a_canceller_ever_hears_on_speakers_neither_ducks_for_nor_ask
                 lowered_through(&room.hear(answer), Some(&mut echo), Some(text));
             heard.retain(|r| !r.heard.ignored());
             if !ducks.is_empty() || !heard.is_empty() {
-                let heard: Vec<String> = verdicts(&heard)
-                    .iter()
-                    .map(|(h, t)| format!("{h:?} {t}"))
-                    .collect();
-                wrong.push((a, i, ducks, heard));
+                wrong.push((a, i, ducks, shown(&heard)));
             }
         }
     }

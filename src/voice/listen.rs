@@ -880,12 +880,13 @@ impl Listener {
         let best = |ps: &[f32]| ps.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let hesitations = &weighed[stops.len()..stops.len() + WEIGHED_HESITATIONS.len()];
         let negations = &weighed[stops.len() + hesitations.len()..phrases.len() - 1];
+        let hesitation_p = best(hesitations);
         let odds = Odds {
             stop: stop.to_string(),
             stop_p,
             written_p: weighed[phrases.len() - 1],
-            other_p: best(hesitations).max(best(negations)),
-            hesitation_p: best(hesitations),
+            other_p: hesitation_p.max(best(negations)),
+            hesitation_p,
         };
         tracing::debug!(
             stop,
