@@ -8,6 +8,7 @@ mod support;
 use std::sync::Arc;
 
 use jarvis::config::{Language, ListenMode};
+use jarvis::voice::audio::EchoPath;
 use jarvis::voice::listen::{ListenEvent, Shared};
 use jarvis::voice::{
     fixtures, models, Espeak, Heard, Listener, SegmenterSettings, Synthesizer, Transcriber,
@@ -596,19 +597,19 @@ fn speech_to_text_gets_ready_as_the_person_begins_to_speak_not_at_the_pause() {
 
 /// What a listener that hears `text` from whisper, in `language`, makes of `said` over
 /// Jarvis's voice saying `answer` or not (`over_the_voice`), each frame as the canceller told of
-/// it: a share `voice_free` of it not the voice's residue, and `echo_unknown` where it let the
-/// frame through as it was heard, not knowing yet whether the voice comes back.
+/// it: a share `voice_free` of it not the voice's residue, and the `path` of the voice back into
+/// the microphone as the canceller knew it (`Unknown`: it let the frame through as it was heard).
 fn heard_over(
     text: &'static str,
     language: Language,
     (answer, said, over_the_voice): (&str, &str, bool),
-    (voice_free, echo_unknown): (f32, bool),
+    (voice_free, path): (f32, EchoPath),
 ) -> Vec<(Heard, String)> {
     heard_by(
         Arc::new(Says(text)),
         language,
         (answer, said, over_the_voice),
-        (voice_free, echo_unknown),
+        (voice_free, path),
     )
 }
 
@@ -617,7 +618,7 @@ fn heard_by(
     transcriber: Arc<dyn Transcriber>,
     language: Language,
     (answer, said, over_the_voice): (&str, &str, bool),
-    (voice_free, echo_unknown): (f32, bool),
+    (voice_free, path): (f32, EchoPath),
 ) -> Vec<(Heard, String)> {
     let shared = Shared::default();
     let mut listener = Listener::new(
@@ -637,8 +638,7 @@ fn heard_by(
             residue: false,
             linear: frame.clone(),
             voice_free,
-            echo_unknown,
-            no_echo: false,
+            path,
         };
         for event in listener.push_judged(&frame, Some(&judged)).unwrap() {
             if let ListenEvent::Heard(report) = event {
@@ -664,20 +664,21 @@ fn heard_as(
         text,
         language,
         (answer, "Stop talking.", over_the_voice),
-        (voice_free, false),
+        (voice_free, EchoPath::Present),
     )
 }
 
 /// What a listener that hears `text` from whisper makes of something said over Jarvis's voice
 /// ("Hello. I am Jarvis, and I am listening.") where the canceller let the microphone through as
-/// it was heard, not knowing yet whether the voice comes back (`echo_unknown`), or at work.
-fn heard_before_the_room_is_known(text: &'static str, echo_unknown: bool) -> Vec<(Heard, String)> {
+/// it was heard, not knowing yet whether the voice comes back (`path` `Unknown`), or at work
+/// (`Present`).
+fn heard_before_the_room_is_known(text: &'static str, path: EchoPath) -> Vec<(Heard, String)> {
     let answer = "Hello. I am Jarvis, and I am listening.";
     heard_over(
         text,
         Language::En,
         (answer, "Hello, I am Jarvis.", true),
-        (1.0, echo_unknown),
+        (1.0, path),
     )
 }
 
@@ -690,19 +691,19 @@ fn heard_before_the_room_is_known(text: &'static str, echo_unknown: bool) -> Vec
 fn words_of_its_answer_heard_before_the_canceller_knows_the_room_are_its_own_voice() {
     for text in ["Hello?", "Jarvis, listening?"] {
         assert_eq!(
-            heard_before_the_room_is_known(text, true),
+            heard_before_the_room_is_known(text, EchoPath::Unknown),
             vec![(Heard::Echo, text.to_string())],
             "{text}"
         );
         assert_eq!(
-            heard_before_the_room_is_known(text, false),
+            heard_before_the_room_is_known(text, EchoPath::Present),
             vec![(Heard::Question, text.to_string())],
             "{text}, the canceller at work"
         );
     }
     for text in ["What time is it?", "I am listening to music, Jarvis."] {
         assert_eq!(
-            heard_before_the_room_is_known(text, true),
+            heard_before_the_room_is_known(text, EchoPath::Unknown),
             vec![(Heard::Question, text.to_string())],
             "{text}"
         );
@@ -840,7 +841,7 @@ fn weighed_over(
         whisper,
         Language::En,
         (answer, "Stop talking.", over_the_voice),
-        (0.6, false),
+        (0.6, EchoPath::Present),
     )
 }
 

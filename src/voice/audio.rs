@@ -198,14 +198,27 @@ pub struct EchoJudged {
     /// leave of the echo alone. Scaled by it (as an amplitude gain, which gates harder), the
     /// frame is heard a second time without most of the voice's words (see `Listener`).
     pub voice_free: f32,
-    /// It went through as it was heard, because the canceller, having played Jarvis's voice,
-    /// does not yet know whether that voice comes back into this microphone (the first second
-    /// or so of the first answer it ever plays): any echo in it is still in it.
-    pub echo_unknown: bool,
-    /// No echo of Jarvis's voice can be in it: the canceller knows that the voice does not come
-    /// back into this microphone (headphones), or has played none yet; it went through as it was
-    /// heard.
-    pub no_echo: bool,
+    /// Whether Jarvis's voice can come back in it, as the canceller knew for this frame:
+    /// - `Unknown`: it went through as it was heard, because the canceller, having played
+    ///   Jarvis's voice, does not yet know whether that voice comes back into this microphone
+    ///   (the first second or so of the first answer it ever plays): any echo in it is still in
+    ///   it;
+    /// - `Absent`: no echo of the voice can be in it — the voice does not come back into this
+    ///   microphone (headphones), or none has been played yet; it went through as it was heard;
+    /// - `Present`: the voice comes back, and its echo was taken out.
+    pub path: EchoPath,
+}
+
+/// Whether Jarvis's voice comes back into the microphone at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EchoPath {
+    /// Not yet known: what is heard is listened to as it is, echo and all.
+    Unknown,
+    /// It does (speakers): the canceller's output is listened to.
+    Present,
+    /// It does not (headphones, or a muted speaker): what the microphone hears is listened to
+    /// as it is, since AEC3 would hold back the user's words while it learns that no echo comes.
+    Absent,
 }
 
 impl Capture {

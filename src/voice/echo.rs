@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::audio::{AudioSource, Capture, DeviceLost};
-pub use super::audio::{EchoJudged, PlaybackTap};
+pub use super::audio::{EchoJudged, EchoPath, PlaybackTap};
 use super::listen::{ListenEvent, Listener, Shared};
 use super::{VoiceError, FRAME, SAMPLE_RATE};
 
@@ -300,32 +300,19 @@ pub struct Cancelled {
 }
 
 impl Cancelled {
-    /// A frame that goes through as it was heard (`echo_unknown`: whatever echo is in it, not
-    /// knowing whether any comes back).
-    fn as_heard(capture: &[i16], echo_unknown: bool) -> Cancelled {
+    /// A frame that goes through as it was heard, the path as the canceller knows it (`Unknown`:
+    /// whatever echo is in it, not knowing whether any comes back; `Absent`: none can be).
+    fn as_heard(capture: &[i16], path: EchoPath) -> Cancelled {
         Cancelled {
             frame: capture.to_vec(),
             judged: EchoJudged {
                 residue: false,
                 linear: capture.to_vec(),
                 voice_free: 1.0,
-                echo_unknown,
-                no_echo: !echo_unknown,
+                path,
             },
         }
     }
-}
-
-/// Whether Jarvis's voice comes back into the microphone at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EchoPath {
-    /// Not yet known: the canceller is trusted, as if it did.
-    Unknown,
-    /// It does (speakers): the canceller's output is listened to.
-    Present,
-    /// It does not (headphones, or a muted speaker): what the microphone hears is listened to
-    /// as it is, since AEC3 would hold back the user's words while it learns that no echo comes.
-    Absent,
 }
 
 /// Tells whether the microphone's loudness follows the voice's, at any delay up to 500 ms: the
@@ -724,12 +711,15 @@ impl Canceller {
         let (out, linear) = self.aec.process(capture, played);
         match self.judge.push(capture, played) {
             // (The canceller runs on, ready for the day the speaker is heard again.)
-            EchoPath::Absent => return Cancelled::as_heard(capture, false),
+            EchoPath::Absent => return Cancelled::as_heard(capture, EchoPath::Absent),
             // Until it is known whether the voice comes back (a second or two into the first
             // answer it ever speaks), what is heard is listened to as it is, as before there was
             // a canceller: AEC3 would hold back the words of a person with headphones. (The
             // listener then knows a word of the answer heard for what it may be: the voice.)
-            EchoPath::Unknown => return Cancelled::as_heard(capture, self.heard_voice),
+            EchoPath::Unknown if self.heard_voice => {
+                return Cancelled::as_heard(capture, EchoPath::Unknown)
+            }
+            EchoPath::Unknown => return Cancelled::as_heard(capture, EchoPath::Absent),
             EchoPath::Present => {}
         }
         let energy = |x: &[i16]| x.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
@@ -780,8 +770,7 @@ impl Canceller {
                 residue,
                 linear,
                 voice_free,
-                echo_unknown: false,
-                no_echo: false,
+                path: EchoPath::Present,
             },
         }
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::alike::SoundAlike;
-use super::audio::EchoJudged;
+use super::audio::{EchoJudged, EchoPath};
 use super::heard::{
     capitalised, classify, negated, stop_phrases, words, Heard, HeardContext, ECHO_LEAST_WORDS,
 };
@@ -157,15 +157,11 @@ pub struct Listener {
     /// The open utterance began while Jarvis spoke.
     began_while_speaking: bool,
     /// The last moment (ms) a frame went through as it was heard because the canceller did not
-    /// yet know whether Jarvis's voice comes back into the microphone (see
-    /// [`EchoJudged::echo_unknown`]).
+    /// yet know whether Jarvis's voice comes back into the microphone (see [`EchoJudged::path`]).
     heard_as_is_ms: Option<u64>,
-    /// The frame being heard went through as it was heard, not knowing whether the voice comes
-    /// back (see [`EchoJudged::echo_unknown`]).
-    echo_unknown_now: bool,
-    /// The frame being heard went through as it was heard, the canceller knowing that no echo
-    /// of the voice can be in it (see [`EchoJudged::no_echo`]).
-    no_echo_now: bool,
+    /// Whether Jarvis's voice can come back in the frame being heard, as the canceller knew
+    /// (see [`EchoJudged::path`]); `None` with no canceller.
+    echo_now: Option<EchoPath>,
     /// The open utterance began over the voice while the canceller did not know whether the
     /// voice comes back into the microphone — the opening of the first answer it ever hears on
     /// speakers is its own echo — so its start is not yet told (nothing is ducked for it): the
@@ -259,8 +255,7 @@ impl Listener {
             frame_index: 0,
             began_while_speaking: false,
             heard_as_is_ms: None,
-            echo_unknown_now: false,
-            no_echo_now: false,
+            echo_now: None,
             start_untold: None,
             holds_wake_word: false,
             turn: TurnJudge::default(),
@@ -336,9 +331,8 @@ impl Listener {
             shown * 0.8 + level * 0.2
         });
         self.frame_index += 1;
-        self.echo_unknown_now = judged.is_some_and(|j| j.echo_unknown);
-        self.no_echo_now = judged.is_some_and(|j| j.no_echo);
-        if self.echo_unknown_now {
+        self.echo_now = judged.map(|j| j.path);
+        if self.echo_unknown() {
             self.heard_as_is_ms = Some(now_ms);
         }
         let mut out = Vec::new();
@@ -377,6 +371,12 @@ impl Listener {
         Ok(out)
     }
 
+    /// Whether the frame being heard went through as it was heard, the canceller not knowing
+    /// yet whether the voice comes back.
+    fn echo_unknown(&self) -> bool {
+        self.echo_now == Some(EchoPath::Unknown)
+    }
+
     /// Tells the start of an utterance that began over the voice on a path not yet known (see
     /// `start_untold`) once the canceller knows it and someone is still heard: voiced frames in
     /// a row that are not the voice's residue — the canceller's output with the echo taken out,
@@ -393,7 +393,7 @@ impl Listener {
             .segmenter
             .open_quiet()
             .is_some_and(|(_, quiet)| quiet == 0);
-        let someone = !self.echo_unknown_now && voiced && !judged.is_some_and(|j| j.residue);
+        let someone = !self.echo_unknown() && voiced && !judged.is_some_and(|j| j.residue);
         let run = if someone { run + 1 } else { 0 };
         if run >= DEFERRED_START_FRAMES {
             self.start_untold = None;
@@ -476,7 +476,7 @@ impl Listener {
                 if self.untold_on
                     && self.mode != ListenMode::PushToTalk
                     && self.began_while_speaking
-                    && self.echo_unknown_now
+                    && self.echo_unknown()
                 {
                     self.start_untold = Some(0);
                     Vec::new()
@@ -534,8 +534,7 @@ impl Listener {
         // (Waiting for the wake word, nothing is judged; and words with the wake word in them
         // are the person's.)
         let its_echo = untold
-            && !self.echo_unknown_now
-            && !self.no_echo_now
+            && self.echo_now == Some(EchoPath::Present)
             && !self.holds_wake_word
             && (self.mode != ListenMode::Wake || self.shared.awake());
         let heard = if its_echo {
@@ -555,7 +554,7 @@ impl Listener {
         } else {
             if untold {
                 tracing::debug!(
-                    known = !self.echo_unknown_now,
+                    known = !self.echo_unknown(),
                     "heard before the canceller knew the room, judged as it is"
                 );
             }

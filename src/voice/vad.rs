@@ -417,6 +417,7 @@ impl Segmenter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::audio::EchoPath;
     use super::*;
 
     /// `n` 20 ms frames of a buzz with a voice's harmonics (the detector hears it as voice).
@@ -480,8 +481,7 @@ mod tests {
             residue: false,
             linear: frame.to_vec(),
             voice_free,
-            echo_unknown: false,
-            no_echo: false,
+            path: EchoPath::Present,
         };
         let quiet = vec![0; FRAME];
         let mut out = Vec::new();
