@@ -342,15 +342,19 @@ async fn a_spoken_question_is_transcribed_answered_and_spoken_sentence_by_senten
         .played_samples()
         .resampled(SAMPLE_RATE)
         .unwrap();
-    let back = whisper()
-        .transcribe(&played.samples)
-        .unwrap()
-        .text
-        .to_lowercase();
-    assert!(
-        back.contains("paris") && back.contains("eiffel"),
-        "played back: {back}"
-    );
+    let back = whisper().transcribe(&played.samples).unwrap().text;
+    // Each of its sentences is heard back, most of its words (two in three): whisper tiny.en
+    // mishears a name now and then — "the Eiffel Tower" as "the rifle tower" on some machines,
+    // every time — while a sentence not played keeps at most its "it", "is" and "the".
+    let heard = jarvis::voice::heard::words(&back);
+    for sentence in answer.split_inclusive('.') {
+        let want = jarvis::voice::heard::words(sentence);
+        let found = want.iter().filter(|w| heard.contains(w)).count();
+        assert!(
+            found * 3 >= want.len() * 2,
+            "{sentence:?} not heard back in what played: {back}"
+        );
+    }
     assert_eq!(stored.heard, None, "heard whole: no cut is recorded");
 }
 
