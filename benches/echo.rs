@@ -135,6 +135,11 @@ fn listen(
     (onsets.len(), heard)
 }
 
+/// Where each of `frames` (20 ms each) begins, in ms.
+fn at_ms(frames: &[usize]) -> Vec<usize> {
+    frames.iter().map(|k| k * 20).collect()
+}
+
 /// [`listen`], with the frame of each onset (each would lower the voice) instead of their count.
 fn listen_for_onsets(
     whisper: &Arc<dyn Transcriber>,
@@ -359,7 +364,7 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
         let before = fixtures::said(ANSWERS[(a + 1) % ANSWERS.len()], a + 1).expect("espeak-ng");
         let played: Vec<f32> = [before.as_slice(), &quiet, &answer].concat();
         let skip_ms = ((before.len() + quiet.len()) / 16) as u64;
-        for room in rooms.iter().take(5) {
+        for (r, room) in rooms.iter().enumerate().take(5) {
             let mic = room.hear(&played);
             let (d, h) = listen(whisper, &mic, &played, None, skip_ms);
             base_ducks += d;
@@ -378,6 +383,12 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
             ] {
                 let (d, h) = listen_for_onsets(whisper, &mic, &answer, Some(start), 0, Some(text));
                 let words = asked_in(&h);
+                if matches!(start, Start::Fresh) && !d.is_empty() {
+                    eprintln!(
+                        "the first answer {a} in room {r}, knowing nothing: ducked at {:?} ms",
+                        at_ms(&d)
+                    );
+                }
                 *counts = (
                     counts.0 + d.len(),
                     counts.1 + h.len(),
@@ -386,7 +397,15 @@ fn echo_and_barge_ins(whisper: &Arc<dyn Transcriber>, rooms: &[Room], long: &[f3
                 asked.extend(words);
                 stops += stops_in(&h);
             }
-            let (d, h) = listen(whisper, &mic, &answer, Some(Start::Remembering), 0);
+            let (d, h) =
+                listen_for_onsets(whisper, &mic, &answer, Some(Start::Remembering), 0, None);
+            if !d.is_empty() {
+                eprintln!(
+                    "the first answer {a} in room {r}, remembered: ducked at {:?} ms",
+                    at_ms(&d)
+                );
+            }
+            let d = d.len();
             remembered_ducks += d;
             remembered_heard += h.len();
             stops += stops_in(&h);

@@ -145,6 +145,15 @@ impl Utterance {
 /// suppressor, never four in a window did, in the echo benchmark's 100 answers.
 pub const NEAR_END_FREE: f32 = 0.75;
 
+/// How much louder than the frame before it a frame of a strict onset's window may be and still
+/// be fading (dB): two frames of one dying sound differ by a few tenths either way.
+const FADE_RISE_DB: f64 = 1.0;
+
+/// How fast the frames of a strict onset's window fall, at least, on average, to be fading (dB
+/// a frame): a room's reverberation dies away 60 dB in its RT60, 1.2 dB every 20 ms at 1 s, 2–4
+/// dB at the 0.3–0.5 s of a room with a desk in it. A steady sound does not fall.
+const FADE_FALL_DB: f64 = 1.0;
+
 /// What a frame brought.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
@@ -327,10 +336,11 @@ impl Segmenter {
             .take(window)
             .filter(|(_, v, free)| *v && (NEAR_END_FREE..1.0).contains(free))
             .count();
-        let opens = voiced_recent >= needed
+        let opens = (voiced_recent >= needed
             || (strict
                 && voiced_recent + 1 >= needed
-                && clearly_someone >= s.strict_near_end_frames);
+                && clearly_someone >= s.strict_near_end_frames))
+            && !(strict && judged.is_some() && clearly_someone == 0 && self.fading(window));
         if voiced && opens {
             let kept = self.recent.len().min(pre_roll.max(1));
             let start_frame = index + 1 - kept as u64;
@@ -359,6 +369,39 @@ impl Segmenter {
             });
         }
         out
+    }
+
+    /// Whether the last `window` frames only fade, each no more than [`FADE_RISE_DB`] louder
+    /// than the one before and [`FADE_FALL_DB`] a frame quieter on average, the frames the
+    /// suppressor held back among them: behind the echo canceller, while the voice plays, and
+    /// none of them measured as someone else ([`NEAR_END_FREE`]), that is its echo dying away —
+    /// the room's reverberation after a word, longer than the canceller's filter (which leaves
+    /// it whole) — not someone beginning to speak, whose voice rises over whatever echo is left.
+    /// In the echo benchmark's first answers in a remembered room, two onsets such a tail opened
+    /// (six voiced frames falling 1.5–2 dB a frame, measured 30–73 % someone else) lowered the
+    /// voice and ended as noise. The held-back frames count: the vowel of a short "Stop" the
+    /// suppressor let through only as it died away falls as a tail does (1–3 dB a frame, 55–69 %
+    /// someone else), but the frames held back before it rose 16 dB. A person who speaks into a
+    /// tail opens the utterance as their voice rises, its pre-roll reaching back.
+    fn fading(&self, window: usize) -> bool {
+        let level = |frame: &[i16]| {
+            let energy = frame.iter().map(|s| f64::from(*s).powi(2)).sum::<f64>();
+            10.0 * (energy / frame.len().max(1) as f64 + 1.0).log10()
+        };
+        let oldest_first: Vec<f64> = self
+            .recent
+            .iter()
+            .skip(self.recent.len().saturating_sub(window))
+            .map(|(frame, _, _)| level(frame))
+            .collect();
+        let (Some(oldest), Some(newest)) = (oldest_first.first(), oldest_first.last()) else {
+            return false;
+        };
+        oldest_first.len() >= 2
+            && oldest_first
+                .windows(2)
+                .all(|pair| pair[1] <= pair[0] + FADE_RISE_DB)
+            && oldest - newest >= FADE_FALL_DB * (oldest_first.len() - 1) as f64
     }
 
     /// Where the open utterance's onset was heard, in ms since the capture opened (its pre-roll
@@ -476,9 +519,15 @@ mod tests {
     /// `frames` of voice over Jarvis's voice, each measured by the canceller as `free` of it
     /// not the voice's echo, with the voice's quiet residue around them.
     fn over_the_voice(frames: usize, free: f32) -> Vec<Segment> {
+        over_the_voice_at(&vec![(0.0, false); frames], free)
+    }
+
+    /// [`over_the_voice`], each frame of the voice at its own gain (dB), and judged the voice's
+    /// residue or not.
+    fn over_the_voice_at(frames: &[(f64, bool)], free: f32) -> Vec<Segment> {
         let mut segmenter = Segmenter::new(SegmenterSettings::default());
-        let judged = |frame: &[i16], voice_free| EchoJudged {
-            residue: false,
+        let judged = |frame: &[i16], voice_free, residue| EchoJudged {
+            residue,
             linear: frame.to_vec(),
             voice_free,
             path: EchoPath::Present,
@@ -486,16 +535,88 @@ mod tests {
         let quiet = vec![0; FRAME];
         let mut out = Vec::new();
         for _ in 0..20 {
-            out.extend(segmenter.push_judged(&quiet, Some(&judged(&quiet, 0.0)), true));
+            out.extend(segmenter.push_judged(&quiet, Some(&judged(&quiet, 0.0, false)), true));
         }
-        for frame in voice(frames) {
-            out.extend(segmenter.push_judged(&frame, Some(&judged(&frame, free)), true));
+        for (frame, (gain_db, residue)) in voice(frames.len()).iter().zip(frames) {
+            let gain = 10f64.powf(gain_db / 20.0);
+            let frame: Vec<i16> = frame
+                .iter()
+                .map(|s| (f64::from(*s) * gain) as i16)
+                .collect();
+            let judged = judged(&frame, free, *residue);
+            out.extend(segmenter.push_judged(&frame, Some(&judged), true));
         }
         for _ in 0..100 {
-            out.extend(segmenter.push_judged(&quiet, Some(&judged(&quiet, 0.0)), true));
+            out.extend(segmenter.push_judged(&quiet, Some(&judged(&quiet, 0.0, false)), true));
         }
         out.extend(segmenter.finish());
         out
+    }
+
+    #[test]
+    fn the_voice_dying_away_in_the_room_opens_nothing_and_a_person_rising_over_it_does() {
+        // A word of the voice, its echo held back by the suppressor, and then the room's
+        // reverberation after it, longer than the canceller's filter: eight voiced frames falling
+        // 2 dB each (RT60 0.6 s), measured mostly the voice's.
+        let word = (0..8).map(|k| (2.0 - 0.5 * f64::from(k), true));
+        let tail: Vec<(f64, bool)> = word
+            .chain((0..8).map(|k| (-2.0 - 2.0 * f64::from(k), false)))
+            .collect();
+        for free in [0.35, 0.7] {
+            let heard = over_the_voice_at(&tail, free);
+            assert!(heard.is_empty(), "{free}: {heard:?}");
+        }
+        // Measured as someone else, it is theirs.
+        assert!(
+            matches!(
+                over_the_voice_at(&tail, 0.8).first(),
+                Some(Segment::SpeechStarted { .. })
+            ),
+            "measured as someone else"
+        );
+        // A short "Stop" over the voice, the suppressor holding its vowel back until it dies
+        // away (measured 55–69 % someone else): it falls as a tail does, but rose before it.
+        let stop: Vec<(f64, bool)> = [(-30.0, true), (-20.0, true), (-8.0, true), (-2.0, true)]
+            .into_iter()
+            .chain((0..6).map(|k| (-1.5 * f64::from(k), false)))
+            .collect();
+        assert!(
+            matches!(
+                over_the_voice_at(&stop, 0.65).first(),
+                Some(Segment::SpeechStarted { .. })
+            ),
+            "a stop's dying vowel"
+        );
+        // Falling slower than a room's reverberation is no tail (a vowel held, dying slowly).
+        let held: Vec<(f64, bool)> = (0..8).map(|k| (-0.5 * f64::from(k), false)).collect();
+        assert!(
+            matches!(
+                over_the_voice_at(&held, 0.7).first(),
+                Some(Segment::SpeechStarted { .. })
+            ),
+            "a vowel held"
+        );
+        // Someone who begins as it dies away: their voice rises over it, and opens an utterance
+        // reaching back to the tail (nothing of the person is lost).
+        let mut into_it = tail.clone();
+        into_it.extend(
+            [
+                -14.0, -8.0, -3.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+            ]
+            .map(|g| (g, false)),
+        );
+        let heard = over_the_voice_at(&into_it, 0.7);
+        let Some(Segment::SpeechStarted { at_ms }) = heard.first() else {
+            panic!("{heard:?}");
+        };
+        assert!(
+            *at_ms <= 28 * 20,
+            "the utterance reaches back to {at_ms} ms"
+        );
+        assert!(
+            matches!(heard.last(), Some(Segment::Utterance(u)) if u.voiced_frames >= 12),
+            "{heard:?}"
+        );
     }
 
     #[test]
