@@ -595,6 +595,76 @@ fn speech_to_text_gets_ready_as_the_person_begins_to_speak_not_at_the_pause() {
         .expect("speech-to-text asked to get ready while the person speaks");
 }
 
+/// Whisper's place, holding each transcription until it is let go: tells when one begins, and
+/// notes when it has ended.
+struct HeldBack {
+    began: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Transcriber for HeldBack {
+    fn transcribe(
+        &self,
+        _: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        let _ = self.began.lock().unwrap().send(());
+        let _ = self.go.lock().unwrap().recv();
+        self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(jarvis::voice::stt::Transcript::of(
+            "What time is it in Tokyo?",
+            0.0,
+        ))
+    }
+}
+
+#[test]
+fn a_listener_let_go_while_it_transcribes_ahead_waits_for_the_words_first() {
+    // A transcription still running after its listener was let go ran on while the process
+    // exited, and whisper's state was torn down under it (a crash at exit, once, in the echo
+    // benchmark). The words, then the quiet after which they are transcribed ahead, on a thread
+    // of their own: the listener is let go while whisper is at work.
+    let (began, begins) = std::sync::mpsc::channel();
+    let (go, held) = std::sync::mpsc::channel();
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut listener = Listener::new(
+        ListenMode::HandsFree,
+        Arc::new(HeldBack {
+            began: std::sync::Mutex::new(began),
+            go: std::sync::Mutex::new(held),
+            ended: ended.clone(),
+        }),
+        None,
+        0.5,
+        Shared::default(),
+    )
+    .with_turn(turn());
+    let room = fixtures::quiet_room(1);
+    let mut sound = samples("What time is it in Tokyo?");
+    sound.extend_from_slice(&room[..16_000 * 3 / 20]);
+    assert!(feed(&mut listener, &room[..8_000]).is_empty());
+    assert!(feed(&mut listener, &sound).is_empty(), "nothing ended yet");
+    begins
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the words transcribed ahead as the quiet began");
+    let (dropped, let_go) = std::sync::mpsc::channel();
+    let dropping = std::thread::spawn(move || {
+        drop(listener);
+        dropped.send(()).unwrap();
+    });
+    // (A listener that does not wait is let go at once; one that waits, not before whisper
+    // ends, however long this waits.)
+    assert!(
+        let_go
+            .recv_timeout(std::time::Duration::from_millis(500))
+            .is_err(),
+        "the listener was let go with whisper still at work"
+    );
+    go.send(()).unwrap();
+    dropping.join().unwrap();
+    assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
+}
+
 /// What a listener that hears `text` from whisper, in `language`, makes of `said` over
 /// Jarvis's voice saying `answer` or not (`over_the_voice`), each frame as the canceller told of
 /// it: a share `voice_free` of it not the voice's residue, and the `path` of the voice back into

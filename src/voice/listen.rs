@@ -178,6 +178,13 @@ pub struct Listener {
     /// The open utterance being transcribed ahead, from its first moments of quiet, so that the
     /// words are ready when the pause asks for them.
     ahead: Option<Ahead>,
+    /// Transcriptions ahead whose words are no longer wanted (the person went on speaking),
+    /// still running: each is waited for when the listener is let go, so that no transcription
+    /// outlives it — one still running as the process exits was whisper's state torn down
+    /// under it.
+    abandoned: Vec<std::thread::JoinHandle<Result<Transcript, VoiceError>>>,
+    /// Speech-to-text getting ready on threads of their own, waited for alike.
+    readying: Vec<std::thread::JoinHandle<()>>,
     /// Whether words are transcribed ahead at all (off only for the benchmark's baseline).
     ahead_on: bool,
     /// Whether a start over the voice waits for the canceller to know the room (`start_untold`;
@@ -261,6 +268,8 @@ impl Listener {
             turn: TurnJudge::default(),
             asked: None,
             ahead: None,
+            abandoned: Vec::new(),
+            readying: Vec::new(),
             ahead_on: true,
             untold_on: true,
             alike: SoundAlike::new(Language::En),
@@ -466,7 +475,7 @@ impl Listener {
             Segment::SpeechStarted { .. } => {
                 self.began_while_speaking = self.shared.speaking();
                 self.asked = None;
-                self.ahead = None;
+                self.abandon_ahead();
                 // (Hearing holds a restart of the loop back: a maybe-person is waited for too.)
                 self.shared.set_hearing(true);
                 if self.mode != ListenMode::Wake || self.shared.awake() {
@@ -917,10 +926,19 @@ impl Listener {
         true
     }
 
+    /// The words being transcribed ahead are no longer wanted: the transcription runs on (whisper
+    /// cannot be interrupted) and is kept to be waited for; those that ended are let go.
+    fn abandon_ahead(&mut self) {
+        self.abandoned.retain(|words| !words.is_finished());
+        if let Some(ahead) = self.ahead.take() {
+            self.abandoned.push(ahead.words);
+        }
+    }
+
     /// An utterance whose words will be wanted has begun, or the wake word opened a
     /// conversation: speech-to-text makes again the working state it let go of while the voice
     /// was quiet (whisper: a few milliseconds), on a thread of its own while the person speaks.
-    fn prepare_transcriber(&self) {
+    fn prepare_transcriber(&mut self) {
         let transcriber = self.transcriber.clone();
         let spawned = std::thread::Builder::new()
             .name("jarvis-words-ready".into())
@@ -929,8 +947,14 @@ impl Listener {
                     tracing::debug!(%err, "speech-to-text could not get ready ahead");
                 }
             });
-        if let Err(err) = spawned {
-            tracing::debug!(%err, "no thread to ready speech-to-text; its first words will");
+        match spawned {
+            Ok(readying) => {
+                self.readying.retain(|r| !r.is_finished());
+                self.readying.push(readying);
+            }
+            Err(err) => {
+                tracing::debug!(%err, "no thread to ready speech-to-text; its first words will")
+            }
         }
     }
 
@@ -991,11 +1015,28 @@ impl Listener {
                         tracing::warn!("transcribing ahead failed; transcribing at the pause")
                     }
                 }
+            } else {
+                self.abandoned.push(ahead.words);
             }
         }
         self.transcriber
             .transcribe(&audio::to_f32(&samples[..kept]))
             .map(|words| (words, kept))
+    }
+}
+
+impl Drop for Listener {
+    /// Waits for the transcriptions it started ahead (at most one whisper call each, a few
+    /// hundred milliseconds) and for speech-to-text getting ready: none outlives the listener,
+    /// nor runs on as the process exits.
+    fn drop(&mut self) {
+        self.abandon_ahead();
+        for words in self.abandoned.drain(..) {
+            let _ = words.join();
+        }
+        for readying in self.readying.drain(..) {
+            let _ = readying.join();
+        }
     }
 }
 
