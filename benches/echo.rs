@@ -527,6 +527,7 @@ fn short_words(
     // knock, said over the voice 6–14 s into it: how many stops are stops, and how many of the
     // rest become a question or a stop.
     let (mut stops, mut stops_right, mut others, mut others_taken) = (0, 0, 0, 0);
+    let mut stop_took = Vec::new();
     let mut items = Vec::new();
     for (j, word) in [
         "Stop.",
@@ -560,6 +561,11 @@ fn short_words(
             stops += 1;
             let right = h.iter().any(|(r, _)| r.heard == Heard::Stop);
             stops_right += usize::from(right);
+            stop_took.extend(
+                h.iter()
+                    .filter(|(r, _)| r.heard == Heard::Stop)
+                    .map(|(_, verdict)| verdict.took),
+            );
             if !right {
                 println!("  {name} (room {}): heard {heard:?}", n % rooms.len());
             }
@@ -574,6 +580,10 @@ fn short_words(
     }
     println!(
         "stops heard as stop: {stops_right}/{stops}; fillers and noises made a question or a stop: {others_taken}/{others}"
+    );
+    println!(
+        "the frame that ends a stop heard as stop → its verdict: {}",
+        median_ms(stop_took)
     );
 }
 

@@ -649,6 +649,26 @@ pub struct Canceller {
     delay_hint_ms: u32,
 }
 
+/// The share of what the linear filter kept of a frame (`kept`, of `heard`: energies) that is
+/// not the voice's echo, where the filter takes `filtered_db` out of the echo alone: heard is
+/// someone's voice and the echo, `heard = near + echo`, and the filter keeps the one and a
+/// fraction `a` of the other, `kept = near + a·echo`; so `near = (kept − a·heard) / (1 − a)`.
+/// (Until 2026-12-07 the share was `1 − a·heard/kept`, the numerator alone, which never reaches
+/// `1 − a`: a person speaking alone over the voice measured 0.8 where the filter took 7 dB out,
+/// and a short "Stop!" in a room it took little out of opened nothing.) Where the filter takes
+/// out less than [`FILTERED_DB`], the two cannot be told apart by it, and the share is left as
+/// the numerator, which stays below `1 − a`.
+fn near_end_share(heard: f64, kept: f64, filtered_db: f32) -> f32 {
+    let a = 10f64.powf(-f64::from(filtered_db) / 10.0);
+    let numerator = 1.0 - a * heard / kept.max(1.0);
+    let share = if filtered_db >= FILTERED_DB {
+        numerator / (1.0 - a)
+    } else {
+        numerator
+    };
+    share.clamp(0.0, 1.0) as f32
+}
+
 impl Canceller {
     /// A canceller told to expect the echo about `delay_hint_ms` after it was played (its own
     /// delay estimator finds the true delay; the hint is where it starts).
@@ -756,13 +776,10 @@ impl Canceller {
             // second or two into the voice, it takes nothing out of anything.)
             let near_end =
                 kept >= heard * NEAR_END_KEPT && filtered_db.is_some_and(|db| db >= FILTERED_DB);
-            residue = energy(&out) < heard * share && !near_end;
             if let Some(db) = filtered_db {
-                // What the filter is expected to leave of the echo in this frame, against what
-                // it left: the rest is someone else.
-                let expected = heard * 10f64.powf(-f64::from(db) / 10.0);
-                voice_free = (1.0 - expected / kept.max(1.0)).clamp(0.0, 1.0) as f32;
+                voice_free = near_end_share(heard, kept, db);
             }
+            residue = energy(&out) < heard * share && !near_end;
         }
         Cancelled {
             frame: out,
@@ -1191,6 +1208,29 @@ pub fn is_echo_cancelled_source(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_person_alone_over_the_voice_is_measured_whole_and_its_echo_alone_as_no_one() {
+        // The linear filter takes 7 dB out of the echo: it keeps a fifth of it, and all of a
+        // person, whom it does not model.
+        let a = 10f64.powf(-0.7);
+        let heard = 1.0e6;
+        // Someone speaking alone (until 2026-12-07 measured 0.8: a short "Stop!" over the voice
+        // came out four frames at 0.8 and opened nothing).
+        let alone = near_end_share(heard, heard, 7.0);
+        assert!(alone > 0.99, "{alone}");
+        // The echo alone.
+        let echo = near_end_share(heard, a * heard, 7.0);
+        assert!(echo < 0.01, "{echo}");
+        // As much of each as was heard: of what the filter kept, the person's share.
+        let kept = 0.5 * heard + a * 0.5 * heard;
+        let half = near_end_share(heard, kept, 7.0);
+        assert!((f64::from(half) - 1.0 / (1.0 + a)).abs() < 1e-3, "{half}");
+        // Where the filter takes less out than it does of an echo it has found, it cannot tell
+        // the two apart, and no one is measured in full.
+        let unsure = near_end_share(heard, heard, FILTERED_DB - 1.0);
+        assert!(unsure < super::super::vad::NEAR_END_FREE, "{unsure}");
+    }
 
     #[test]
     fn the_reference_keeps_what_played_on_the_wall_clock_and_silence_around_it() {

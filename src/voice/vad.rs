@@ -141,8 +141,10 @@ impl Utterance {
 
 /// The share of a frame that is not the voice's expected echo above which the canceller
 /// measured someone else in it (see [`SegmenterSettings::strict_near_end_frames`]): the vowel of
-/// a stop said over the voice measured 0.8–0.86; of the voice's own frames that came through its
-/// suppressor, never four in a window did, in the echo benchmark's 100 answers.
+/// a stop said over the voice measured 0.8–0.86 while the share was measured short (see
+/// `echo::near_end_share`), 0.97–0.99 since; of the voice's own frames that came through its
+/// suppressor, four in a window did once in the echo benchmark's 100 answers (a loud syllable
+/// its linear filter missed), either way.
 pub const NEAR_END_FREE: f32 = 0.75;
 
 /// How much louder than the frame before it a frame of a strict onset's window may be and still
@@ -340,7 +342,7 @@ impl Segmenter {
             || (strict
                 && voiced_recent + 1 >= needed
                 && clearly_someone >= s.strict_near_end_frames))
-            && !(strict && judged.is_some() && clearly_someone == 0 && self.fading(window));
+            && !(strict && judged.is_some() && self.fading(window));
         if voiced && opens {
             let kept = self.recent.len().min(pre_roll.max(1));
             let start_frame = index + 1 - kept as u64;
@@ -373,10 +375,13 @@ impl Segmenter {
 
     /// Whether the last `window` frames only fade, each no more than [`FADE_RISE_DB`] louder
     /// than the one before and [`FADE_FALL_DB`] a frame quieter on average, the frames the
-    /// suppressor held back among them: behind the echo canceller, while the voice plays, and
-    /// none of them measured as someone else ([`NEAR_END_FREE`]), that is its echo dying away —
-    /// the room's reverberation after a word, longer than the canceller's filter (which leaves
-    /// it whole) — not someone beginning to speak, whose voice rises over whatever echo is left.
+    /// suppressor held back among them: behind the echo canceller, while the voice plays, that
+    /// is its echo dying away — the room's reverberation after a word, longer than the
+    /// canceller's filter (which leaves it whole) — not someone beginning to speak, whose voice
+    /// rises over whatever echo is left. What the canceller measured of the frames does not
+    /// count: a tail its filter cannot model is left whole, as a person is, and measures as
+    /// someone else (0.76–0.96 in a pause of the voice in the echo benchmark, once the share was
+    /// measured in full).
     /// In the echo benchmark's first answers in a remembered room, two onsets such a tail opened
     /// (six voiced frames falling 1.5–2 dB a frame, measured 30–73 % someone else) lowered the
     /// voice and ended as noise. The held-back frames count: the vowel of a short "Stop" the
@@ -562,18 +567,12 @@ mod tests {
         let tail: Vec<(f64, bool)> = word
             .chain((0..8).map(|k| (-2.0 - 2.0 * f64::from(k), false)))
             .collect();
-        for free in [0.35, 0.7] {
+        // However the canceller measured it: a tail longer than its filter is left whole, as a
+        // person is, and measured as someone else.
+        for free in [0.35, 0.7, 0.8, 0.95] {
             let heard = over_the_voice_at(&tail, free);
             assert!(heard.is_empty(), "{free}: {heard:?}");
         }
-        // Measured as someone else, it is theirs.
-        assert!(
-            matches!(
-                over_the_voice_at(&tail, 0.8).first(),
-                Some(Segment::SpeechStarted { .. })
-            ),
-            "measured as someone else"
-        );
         // A short "Stop" over the voice, the suppressor holding its vowel back until it dies
         // away (measured 55–69 % someone else): it falls as a tail does, but rose before it.
         let stop: Vec<(f64, bool)> = [(-30.0, true), (-20.0, true), (-8.0, true), (-2.0, true)]
