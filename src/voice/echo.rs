@@ -653,11 +653,13 @@ pub struct Canceller {
 /// not the voice's echo, where the filter takes `filtered_db` out of the echo alone: heard is
 /// someone's voice and the echo, `heard = near + echo`, and the filter keeps the one and a
 /// fraction `a` of the other, `kept = near + a·echo`; so `near = (kept − a·heard) / (1 − a)`.
-/// (Until 2026-12-07 the share was `1 − a·heard/kept`, the numerator alone, which never reaches
+/// (Until 2026-12-07 the share was `1 − a·heard/kept`, the numerator alone, which never exceeds
 /// `1 − a`: a person speaking alone over the voice measured 0.8 where the filter took 7 dB out,
 /// and a short "Stop!" in a room it took little out of opened nothing.) Where the filter takes
 /// out less than [`FILTERED_DB`], the two cannot be told apart by it, and the share is left as
-/// the numerator, which stays below `1 − a`.
+/// the numerator, which stays below `1 − a`. At most [`MEASURED_AT_MOST`]: a share of 1 says
+/// nothing was measured (the voice did not ring), and a person the filter kept a little louder
+/// than they were heard was measured.
 fn near_end_share(heard: f64, kept: f64, filtered_db: f32) -> f32 {
     let a = 10f64.powf(-f64::from(filtered_db) / 10.0);
     let numerator = 1.0 - a * heard / kept.max(1.0);
@@ -666,8 +668,13 @@ fn near_end_share(heard: f64, kept: f64, filtered_db: f32) -> f32 {
     } else {
         numerator
     };
-    share.clamp(0.0, 1.0) as f32
+    (share as f32).clamp(0.0, MEASURED_AT_MOST)
 }
+
+/// The most a measured share of someone else comes to ([`near_end_share`]): 1 is kept for a
+/// frame nothing was measured in (see `EchoJudged::voice_free`), which the listener reads as the
+/// canceller not at work on it.
+const MEASURED_AT_MOST: f32 = 0.999;
 
 impl Canceller {
     /// A canceller told to expect the echo about `delay_hint_ms` after it was played (its own
@@ -1208,6 +1215,7 @@ pub fn is_echo_cancelled_source(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::voice::vad;
 
     #[test]
     fn a_person_alone_over_the_voice_is_measured_whole_and_its_echo_alone_as_no_one() {
@@ -1219,6 +1227,10 @@ mod tests {
         // came out four frames at 0.8 and opened nothing).
         let alone = near_end_share(heard, heard, 7.0);
         assert!(alone > 0.99, "{alone}");
+        // Kept a little louder than heard (the filter added a little of its own), they are
+        // still measured: a share of 1 is a frame nothing was measured in.
+        let louder = near_end_share(heard, 1.1 * heard, 7.0);
+        assert!((vad::NEAR_END_FREE..1.0).contains(&louder), "{louder}");
         // The echo alone.
         let echo = near_end_share(heard, a * heard, 7.0);
         assert!(echo < 0.01, "{echo}");
@@ -1229,7 +1241,7 @@ mod tests {
         // Where the filter takes less out than it does of an echo it has found, it cannot tell
         // the two apart, and no one is measured in full.
         let unsure = near_end_share(heard, heard, FILTERED_DB - 1.0);
-        assert!(unsure < super::super::vad::NEAR_END_FREE, "{unsure}");
+        assert!(unsure < vad::NEAR_END_FREE, "{unsure}");
     }
 
     #[test]
