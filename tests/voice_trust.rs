@@ -595,12 +595,14 @@ fn speech_to_text_gets_ready_as_the_person_begins_to_speak_not_at_the_pause() {
         .expect("speech-to-text asked to get ready while the person speaks");
 }
 
-/// Whisper's place, holding each transcription until it is let go: tells when one begins, and
-/// notes when it has ended.
+/// Whisper's place, holding each transcription until it is let go (each call its own hold, in
+/// order; a minute at most, so that a listener that waits for it cannot hang a failing test):
+/// tells when each begins, and counts those ended.
 struct HeldBack {
-    began: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
-    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
-    ended: Arc<std::sync::atomic::AtomicBool>,
+    began: std::sync::Mutex<std::sync::mpsc::Sender<usize>>,
+    holds: std::sync::Mutex<std::collections::VecDeque<std::sync::mpsc::Receiver<()>>>,
+    calls: std::sync::atomic::AtomicUsize,
+    ended: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Transcriber for HeldBack {
@@ -608,9 +610,13 @@ impl Transcriber for HeldBack {
         &self,
         _: &[f32],
     ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
-        let _ = self.began.lock().unwrap().send(());
-        let _ = self.go.lock().unwrap().recv();
-        self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let hold = self.holds.lock().unwrap().pop_front();
+        let _ = self.began.lock().unwrap().send(call);
+        if let Some(hold) = hold {
+            let _ = hold.recv_timeout(std::time::Duration::from_secs(60));
+        }
+        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(jarvis::voice::stt::Transcript::of(
             "What time is it in Tokyo?",
             0.0,
@@ -618,20 +624,27 @@ impl Transcriber for HeldBack {
     }
 }
 
-#[test]
-fn a_listener_let_go_while_it_transcribes_ahead_waits_for_the_words_first() {
-    // A transcription still running after its listener was let go ran on while the process
-    // exited, and whisper's state was torn down under it (a crash at exit, once, in the echo
-    // benchmark). The words, then the quiet after which they are transcribed ahead, on a thread
-    // of their own: the listener is let go while whisper is at work.
+/// A hands-free listener whose whisper holds its first `calls` transcriptions: the listener,
+/// the calls as they begin, each call's release, and the count of those ended.
+#[allow(clippy::type_complexity)]
+fn held_back(
+    calls: usize,
+) -> (
+    Listener,
+    std::sync::mpsc::Receiver<usize>,
+    Vec<std::sync::mpsc::Sender<()>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let (began, begins) = std::sync::mpsc::channel();
-    let (go, held) = std::sync::mpsc::channel();
-    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut listener = Listener::new(
+    let (gos, holds): (Vec<_>, std::collections::VecDeque<_>) =
+        (0..calls).map(|_| std::sync::mpsc::channel()).unzip();
+    let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = Listener::new(
         ListenMode::HandsFree,
         Arc::new(HeldBack {
             began: std::sync::Mutex::new(began),
-            go: std::sync::Mutex::new(held),
+            holds: std::sync::Mutex::new(holds),
+            calls: std::sync::atomic::AtomicUsize::new(0),
             ended: ended.clone(),
         }),
         None,
@@ -639,30 +652,83 @@ fn a_listener_let_go_while_it_transcribes_ahead_waits_for_the_words_first() {
         Shared::default(),
     )
     .with_turn(turn());
-    let room = fixtures::quiet_room(1);
-    let mut sound = samples("What time is it in Tokyo?");
-    sound.extend_from_slice(&room[..16_000 * 3 / 20]);
-    assert!(feed(&mut listener, &room[..8_000]).is_empty());
-    assert!(feed(&mut listener, &sound).is_empty(), "nothing ended yet");
-    begins
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the words transcribed ahead as the quiet began");
+    (listener, begins, gos, ended)
+}
+
+/// `text`, then the quiet after which its words are transcribed ahead (150 ms: short of the
+/// pause that would ask for them).
+fn said_then_a_breath(text: &str) -> Vec<i16> {
+    let mut sound = samples(text);
+    sound.extend_from_slice(&fixtures::quiet_room(1)[..16_000 * 3 / 20]);
+    sound
+}
+
+/// Lets `listener` go on a thread of its own while whisper's first call is held, and asserts
+/// that it was not let go within half a second (`what` was still at work: a listener that does
+/// not wait is let go at once; one that waits, not before whisper ends, however long this
+/// waits); then releases that call, and asserts that once let go, `calls` had ended.
+fn let_go_waits_for_the_first_call(
+    listener: Listener,
+    gos: &[std::sync::mpsc::Sender<()>],
+    ended: &std::sync::atomic::AtomicUsize,
+    calls: usize,
+    what: &str,
+) {
     let (dropped, let_go) = std::sync::mpsc::channel();
     let dropping = std::thread::spawn(move || {
         drop(listener);
-        dropped.send(()).unwrap();
+        let _ = dropped.send(());
     });
-    // (A listener that does not wait is let go at once; one that waits, not before whisper
-    // ends, however long this waits.)
+    let at_once = let_go
+        .recv_timeout(std::time::Duration::from_millis(500))
+        .is_ok();
     assert!(
-        let_go
-            .recv_timeout(std::time::Duration::from_millis(500))
-            .is_err(),
-        "the listener was let go with whisper still at work"
+        !at_once,
+        "the listener was let go with {what} still at work"
     );
-    go.send(()).unwrap();
+    gos[0].send(()).unwrap();
     dropping.join().unwrap();
-    assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), calls);
+}
+
+#[test]
+fn a_listener_let_go_while_it_transcribes_ahead_waits_for_the_words_first() {
+    // A transcription still running after its listener was let go ran on while the process
+    // exited, and whisper's state was torn down under it (the suspected cause of a crash at
+    // exit, once, in the echo benchmark). The words, then the quiet after which they are
+    // transcribed ahead, on a thread of their own: the listener is let go while whisper is at
+    // work.
+    let (mut listener, begins, gos, ended) = held_back(1);
+    let room = fixtures::quiet_room(1);
+    assert!(feed(&mut listener, &room[..8_000]).is_empty());
+    let sound = said_then_a_breath("What time is it in Tokyo?");
+    assert!(feed(&mut listener, &sound).is_empty(), "nothing ended yet");
+    let first = begins.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(
+        first,
+        Ok(0),
+        "the words transcribed ahead as the quiet began"
+    );
+    let_go_waits_for_the_first_call(listener, &gos, &ended, 1, "whisper");
+}
+
+#[test]
+fn a_listener_let_go_after_two_breaths_waits_for_the_first_words_too() {
+    // The person breathes, goes on, and breathes again: the words are transcribed ahead twice,
+    // and the first transcription, no longer wanted, still runs (whisper cannot be stopped).
+    // It was let run on its own; the listener now waits for it as for the second.
+    let (mut listener, begins, gos, ended) = held_back(2);
+    let room = fixtures::quiet_room(1);
+    assert!(feed(&mut listener, &room[..8_000]).is_empty());
+    assert!(feed(&mut listener, &said_then_a_breath("What time is it")).is_empty());
+    let first = begins.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(first, Ok(0), "transcribed ahead at the first breath");
+    assert!(feed(&mut listener, &said_then_a_breath("in Tokyo?")).is_empty());
+    let second = begins.recv_timeout(std::time::Duration::from_secs(60));
+    assert_eq!(second, Ok(1), "transcribed ahead at the second breath");
+    // The second is done; the first is still at work.
+    gos[1].send(()).unwrap();
+    let_go_waits_for_the_first_call(listener, &gos, &ended, 2, "the first transcription");
 }
 
 /// What a listener that hears `text` from whisper, in `language`, makes of `said` over

@@ -415,7 +415,8 @@ impl Listener {
     /// Starts transcribing the open utterance after its first moments of quiet, where a pause
     /// will ask for its words (not while the wake word is awaited: that speech is not
     /// transcribed). A transcription still running for an earlier quiet is left to finish
-    /// (whisper does one at a time); the pause uses the one made for its own voice.
+    /// (whisper does one at a time), kept to be waited for; the pause uses the one made for its
+    /// own voice.
     fn transcribe_ahead(&mut self) {
         if !self.ahead_on {
             return;
@@ -435,6 +436,7 @@ impl Listener {
         let Some(samples) = self.segmenter.open_samples().map(audio::to_f32) else {
             return;
         };
+        self.abandon_ahead();
         let transcriber = self.transcriber.clone();
         match std::thread::Builder::new()
             .name("jarvis-words-ahead".into())
