@@ -3,13 +3,14 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jarvis::{Event, ReplyState};
 use support::*;
 
-/// One model at a time: each test starts its own server, and two cores shared by several
-/// generating servers would turn the timing assertions into a measure of the scheduler.
+/// One model at a time where the tests share a process: each starts its own server, and two
+/// cores shared by several generating servers only slow each other. No test here reads the
+/// clock: the server's own account says how a reply ended.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread")]
@@ -91,16 +92,94 @@ async fn the_local_model_streams_in_several_deltas_and_a_second_chat_waits() {
     assert!(!text_of(&b_events).trim().is_empty());
 }
 
+/// `jarvis-llm` started here with its log on, so a test reads the server's own account of each
+/// reply (how it ended, how many tokens it wrote) instead of timing it.
+struct LoggedServer {
+    _child: tokio::process::Child,
+    url: String,
+    log: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl LoggedServer {
+    async fn start(model: &std::path::Path) -> LoggedServer {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(llm_server())
+            .arg("--model")
+            .arg(model)
+            .args(["--ctx", "1024", "--threads", "2", "--exit-with-stdin"])
+            .env("JARVIS_LOG", "jarvis_llm=debug")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("jarvis-llm starts");
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(MODEL_LIMIT, stdout.next_line())
+            .await
+            .expect("the model loads")
+            .unwrap()
+            .expect("the server says where it listens");
+        let url = first
+            .split_once("listening on ")
+            .map(|(_, url)| url.trim().to_string())
+            .unwrap_or_else(|| panic!("{first}"));
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, log) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        LoggedServer {
+            _child: child,
+            url,
+            log,
+        }
+    }
+
+    /// The next answer's end as the server logged it (its warm-ups and housekeeping passed
+    /// over): how it finished and the tokens it wrote.
+    async fn reply_ended(&mut self) -> (String, usize) {
+        let field = |line: &str, name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        loop {
+            let line = tokio::time::timeout(MODEL_LIMIT, self.log.recv())
+                .await
+                .expect("the server logs the reply's end")
+                .expect("the server is running");
+            if line.contains("a reply ended")
+                && field(&line, "housekeeping") == "false"
+                && field(&line, "prefill") == "false"
+            {
+                let written = field(&line, "written").parse().expect("a count");
+                return (field(&line, "finish"), written);
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn stop_ends_local_generation_promptly_and_keeps_the_text() {
+async fn stop_ends_the_local_models_generation_and_keeps_the_text() {
     let _serial = ONE_AT_A_TIME.lock().await;
+    let model = local_model();
+    let mut server = LoggedServer::start(&model).await;
     let dir = Dir::new();
-    let mut settings = local_settings(&local_model());
-    settings.local.max_tokens = 1000;
-    let service = local_service(&dir, settings);
+    // The local settings, spoken to over the same OpenAI wire the local backend uses.
+    let local = local_settings(&model);
+    let mut settings = local.clone();
+    settings.backend = jarvis::config::BackendKind::Openai;
+    settings.openai = jarvis::llm::local::wire_settings(&local.local, &model, server.url.clone());
+    settings.openai.max_tokens = 1000;
+    let service = service(&dir, settings);
     let (chat, reply, mut attachment) = ask_new(
         &service,
-        "Count from one to five hundred in words, one per line.",
+        "Write a very long story about a dragon, at least two thousand words.",
     )
     .await;
     let mut written = String::new();
@@ -114,23 +193,18 @@ async fn stop_ends_local_generation_promptly_and_keeps_the_text() {
     assert_eq!(ending(&events).0, ReplyState::Stopped);
     let stored = service.store().reply(reply).unwrap().unwrap();
     assert!(stored.text.starts_with(&written), "kept: {:?}", stored.text);
+    // The server stopped writing when Jarvis let go: had it gone on, it would have ended at
+    // its 1000 tokens (or the context's end) and the next question would have waited for it.
+    let (finish, tokens) = server.reply_ended().await;
+    assert_eq!(finish, "cancelled", "after {tokens} tokens");
+    assert!(tokens < 1000, "{tokens}");
 
-    // Had generation gone on to its 1000 tokens, the next question would wait for it.
-    let started = Instant::now();
     let next = service.ask(chat, "Say hi.").await.unwrap();
-    let mut first_delta = None;
-    while let Some(event) = attachment.next_of(next).await {
-        match event {
-            Event::Delta { .. } if first_delta.is_none() => first_delta = Some(started.elapsed()),
-            Event::ReplyEnded { .. } => break,
-            _ => {}
-        }
-    }
-    let first_delta = first_delta.expect("the next question was answered");
-    assert!(
-        first_delta < Duration::from_secs(4),
-        "the engine was free at once: {first_delta:?}"
-    );
+    let events = until_end_within(MODEL_LIMIT, &mut attachment, next).await;
+    assert_eq!(ending(&events), (ReplyState::Done, None), "{events:?}");
+    assert!(!text_of(&events).trim().is_empty());
+    let (finish, _) = server.reply_ended().await;
+    assert_ne!(finish, "cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -472,6 +472,17 @@ impl<'m> Engine<'m> {
         cached: usize,
         written: usize,
     ) {
+        // Its account of each reply, for whoever reads its log: a reply the client left is
+        // `cancelled` after the tokens it had written, not run on to its `length`.
+        tracing::debug!(
+            finish,
+            prompt,
+            cached,
+            written,
+            housekeeping = job.housekeeping,
+            prefill = job.prefill,
+            "a reply ended"
+        );
         let _ = job.out.blocking_send(Out::Done {
             finish,
             prompt_tokens: prompt,
