@@ -161,7 +161,6 @@ async fn a_stall_past_the_idle_timeout_fails_promptly() {
                 .deltas_of(5)
                 .ending_after(1, Ending::Stall),
         );
-        let started = Instant::now();
         let (_, _, stored) = run_one(settings(kind, &stub), &stub).await;
         assert_eq!(
             (stored.state, stored.text.as_str()),
@@ -171,12 +170,6 @@ async fn a_stall_past_the_idle_timeout_fails_promptly() {
         assert_eq!(
             stored.reason.as_deref(),
             Some("the stream stalled: nothing arrived for 1 s")
-        );
-        // (Well short of the test's limit, which a stall that never failed would reach.)
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            started.elapsed()
         );
     }
 }
@@ -318,7 +311,6 @@ async fn a_server_that_never_accepts_is_a_connect_timeout() {
     let mut s = settings(BackendKind::Openai, &stub);
     s.openai.base_url = format!("http://{addr}/v1");
     s.timeouts.connect_secs = 0.5;
-    let started = Instant::now();
     let (_, _, stored) = run_one(s, &stub).await;
     assert_eq!(stored.state, ReplyState::Failed);
     assert_eq!(
@@ -328,7 +320,6 @@ async fn a_server_that_never_accepts_is_a_connect_timeout() {
                 .as_str()
         )
     );
-    assert!(started.elapsed() < Duration::from_secs(10));
     drop(listener);
 }
 
@@ -462,15 +453,12 @@ async fn a_byte_that_is_not_utf8_fails_the_reply_at_once_and_keeps_the_text() {
         let mut s = settings(kind, &stub);
         // Far off, so a decoder that waits for the stream's end cannot pass by its stall.
         s.timeouts.idle_secs = 30.0;
-        let started = Instant::now();
         let (_, text, stored) = run_within(Duration::from_secs(20), s, &stub).await;
         assert_eq!(stored.state, ReplyState::Failed, "{kind}");
         let reason = stored.reason.unwrap();
         assert!(reason.contains("invalid UTF-8"), "{kind}: {reason}");
         assert_eq!(text, "Before the bad byte. ");
         assert_eq!(stored.text, "Before the bad byte. ");
-        // (Well short of the 30 s stall a decoder waiting for the end would take.)
-        assert!(started.elapsed() < Duration::from_secs(15), "{kind}");
     }
 }
 

@@ -657,7 +657,8 @@ pub struct Canceller {
 /// `1 − a`: a person speaking alone over the voice measured 0.8 where the filter took 7 dB out,
 /// and a short "Stop!" in a room it took little out of opened nothing.) Where the filter takes
 /// out less than [`FILTERED_DB`], the two cannot be told apart by it, and the share is left as
-/// the numerator, which stays below `1 − a`. At most [`MEASURED_AT_MOST`]: a share of 1 says
+/// the numerator, which stays below `1 − a` where the filter kept no more than was heard (and
+/// can pass it where it kept more). At most [`MEASURED_AT_MOST`]: a share of 1 says
 /// nothing was measured (the voice did not ring), and a person the filter kept a little louder
 /// than they were heard was measured.
 fn near_end_share(heard: f64, kept: f64, filtered_db: f32) -> f32 {

@@ -180,8 +180,8 @@ pub struct Listener {
     ahead: Option<Ahead>,
     /// Transcriptions ahead whose words are no longer wanted (the person went on speaking),
     /// still running: each is waited for when the listener is let go, so that no transcription
-    /// outlives it — one still running as the process exits was whisper's state torn down
-    /// under it.
+    /// outlives it (one still running as the process exits would have whisper's state torn
+    /// down under it: the suspected, never reproduced, cause of one crash at exit).
     abandoned: Vec<std::thread::JoinHandle<Result<Transcript, VoiceError>>>,
     /// Speech-to-text getting ready on threads of their own, waited for alike.
     readying: Vec<std::thread::JoinHandle<()>>,
