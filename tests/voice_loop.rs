@@ -90,6 +90,7 @@ async fn rig_in(
     room: Option<Room>,
     voice_options: VoiceOptions,
 ) -> Rig {
+    log_if_asked();
     let stub = Stub::start().await.unwrap();
     let dir = Dir::new();
     let mut settings = settings(BackendKind::Anthropic, &stub);

@@ -24,6 +24,19 @@ pub const MODEL_LIMIT: Duration = Duration::from_secs(120);
 /// fold, so this only bounds a hang.
 pub const SPEECH_LIMIT: Duration = Duration::from_secs(60);
 
+/// The code under test logs to the test's output (kept by the harness, shown for a failing test)
+/// when `JARVIS_LOG` says what to log, as the app reads it (`JARVIS_LOG=jarvis::voice=debug`
+/// shows why a stop said over the voice in a real-time loop test opened nothing); nothing
+/// otherwise.
+pub fn log_if_asked() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("JARVIS_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// Settings for tests: the given backend at the stub, short timeouts and backoffs.
 pub fn settings(kind: BackendKind, stub: &Stub) -> Settings {
     let mut s = Settings {
