@@ -653,8 +653,8 @@ pub struct Canceller {
 /// not the voice's echo, where the filter takes `filtered_db` out of the echo alone: heard is
 /// someone's voice and the echo, `heard = near + echo`, and the filter keeps the one and a
 /// fraction `a` of the other, `kept = near + a·echo`; so `near = (kept − a·heard) / (1 − a)`.
-/// (Until 2026-12-07 the share was `1 − a·heard/kept`, the numerator alone, which never exceeds
-/// `1 − a`: a person speaking alone over the voice measured 0.8 where the filter took 7 dB out,
+/// (Until 2026-12-07 the share was `1 − a·heard/kept`, the numerator alone, which does not exceed
+/// `1 − a` where the filter kept no more than was heard: a person speaking alone over the voice measured 0.8 where the filter took 7 dB out,
 /// and a short "Stop!" in a room it took little out of opened nothing.) Where the filter takes
 /// out less than [`FILTERED_DB`], the two cannot be told apart by it, and the share is left as
 /// the numerator, which stays below `1 − a` where the filter kept no more than was heard (and
