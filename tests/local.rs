@@ -101,30 +101,16 @@ struct LoggedServer {
 }
 
 impl LoggedServer {
-    async fn start(model: &std::path::Path) -> LoggedServer {
+    async fn start() -> LoggedServer {
         use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(llm_server())
-            .arg("--model")
-            .arg(model)
-            .args(["--ctx", "1024", "--threads", "2", "--exit-with-stdin"])
+        let mut command = default_llm_server();
+        command
+            .args(["--ctx", "1024", "--threads", "2"])
             .env("JARVIS_LOG", "jarvis_llm=debug")
             .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("jarvis-llm starts");
-        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(MODEL_LIMIT, stdout.next_line())
-            .await
-            .expect("the model loads")
-            .unwrap()
-            .expect("the server says where it listens");
-        let url = first
-            .split_once("listening on ")
-            .map(|(_, url)| url.trim().to_string())
-            .unwrap_or_else(|| panic!("{first}"));
+            .stderr(std::process::Stdio::piped());
+        // No token: the OpenAI backend sends no key to a server that needs none.
+        let (mut child, url) = start_llm_server(command, None).await;
         let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
         let (tx, log) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -170,7 +156,7 @@ impl LoggedServer {
 async fn stop_ends_the_local_models_generation_and_keeps_the_text() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let model = local_model();
-    let mut server = LoggedServer::start(&model).await;
+    let mut server = LoggedServer::start().await;
     let dir = Dir::new();
     // The local settings, spoken to over the same OpenAI wire the local backend uses.
     let local = local_settings(&model);
@@ -354,14 +340,17 @@ async fn by_default_a_model_under_a_billion_parameters_is_not_offered_tools() {
     assert!(service.store().facts().unwrap().is_empty());
 }
 
-/// Starts `jarvis-llm` (as `command` runs it) with Jarvis's `token`; the process and its base URL.
+/// Starts `jarvis-llm` (as `command` runs it) with Jarvis's `token`, if any; the process and its
+/// base URL.
 async fn start_llm_server(
     mut command: tokio::process::Command,
-    token: &str,
+    token: Option<&str>,
 ) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
+    if let Some(token) = token {
+        command.env("JARVIS_LLM_TOKEN", token);
+    }
     let mut server = command
-        .env("JARVIS_LLM_TOKEN", token)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -391,7 +380,7 @@ fn default_llm_server() -> tokio::process::Command {
 async fn the_local_model_server_answers_only_jarvis() {
     let _serial = ONE_AT_A_TIME.lock().await;
     const TOKEN: &str = "a-token-only-jarvis-holds";
-    let (_server, base) = start_llm_server(default_llm_server(), TOKEN).await;
+    let (_server, base) = start_llm_server(default_llm_server(), Some(TOKEN)).await;
     let port = reqwest::Url::parse(&base).unwrap().port().unwrap();
     let client = reqwest::Client::new();
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}"#;
@@ -435,7 +424,7 @@ async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
         .arg(r#"ulimit -n 256 && exec "$0" --model "$1" --exit-with-stdin"#)
         .arg(llm_server())
         .arg(local_model());
-    let (_server, base) = start_llm_server(command, TOKEN).await;
+    let (_server, base) = start_llm_server(command, Some(TOKEN)).await;
     let addr = reqwest::Url::parse(&base)
         .unwrap()
         .socket_addrs(|| None)
@@ -466,7 +455,7 @@ async fn a_thousand_idle_connections_do_not_keep_jarvis_from_its_local_model() {
 async fn a_warm_up_writes_nothing_and_the_next_question_finds_its_prompt_cached() {
     let _serial = ONE_AT_A_TIME.lock().await;
     const TOKEN: &str = "the-warm-up-token";
-    let (_server, base) = start_llm_server(default_llm_server(), TOKEN).await;
+    let (_server, base) = start_llm_server(default_llm_server(), Some(TOKEN)).await;
     let client = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
     let store =
