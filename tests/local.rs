@@ -357,12 +357,16 @@ async fn start_llm_server(
         .spawn()
         .unwrap();
     let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(LIMIT, lines.next_line())
+    let line = tokio::time::timeout(MODEL_LIMIT, lines.next_line())
         .await
+        .expect("the model loads")
         .unwrap()
-        .unwrap()
-        .unwrap();
-    let base = line.split_once("listening on ").unwrap().1.trim();
+        .expect("the server says where it listens");
+    let base = line
+        .split_once("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .1
+        .trim();
     (server, base.to_string())
 }
 

@@ -1064,6 +1064,146 @@ fn a_stop_whisper_wrote_as_other_words_over_the_voice_is_known_by_how_likely_it_
     }
 }
 
+/// How likely whisper finds a stop, an "um", a "don't stop" and what it wrote as the whole of
+/// one clip (nats).
+#[derive(Clone, Copy)]
+struct ClipOdds {
+    stop: f32,
+    um: f32,
+    dont: f32,
+    written: f32,
+}
+
+/// As weighed in the loop's room (`voice_loop`'s ten stops, BENCHMARKS.md "A stop weighed again
+/// without the voice's residue"): "Stop." written "it's time", as heard and with the voice's
+/// residue gated out.
+const AS_HEARD: ClipOdds = ClipOdds {
+    stop: -8.4,
+    um: -10.4,
+    dont: -30.0,
+    written: -3.0,
+};
+const GATED: ClipOdds = ClipOdds {
+    stop: -4.1,
+    um: -7.6,
+    dont: -30.0,
+    written: -5.7,
+};
+
+/// Whisper's words (`text`) for whatever it is given, weighed as `first` in the first clip it
+/// weighs (the utterance as heard) and as `gated` in any later one; each clip's loudness kept.
+struct WeighsTwice {
+    text: &'static str,
+    first: ClipOdds,
+    gated: ClipOdds,
+    loudness: std::sync::Mutex<Vec<f32>>,
+}
+
+impl WeighsTwice {
+    fn new(text: &'static str, first: ClipOdds, gated: ClipOdds) -> Arc<WeighsTwice> {
+        Arc::new(WeighsTwice {
+            text,
+            first,
+            gated,
+            loudness: Default::default(),
+        })
+    }
+
+    fn loudness(&self) -> Vec<f32> {
+        self.loudness.lock().unwrap().clone()
+    }
+}
+
+impl Transcriber for WeighsTwice {
+    fn transcribe(
+        &self,
+        _: &[f32],
+    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
+        Ok(jarvis::voice::stt::Transcript::of(self.text, 0.0))
+    }
+
+    fn weigh(
+        &self,
+        samples: &[f32],
+        phrases: &[&str],
+    ) -> Result<Option<Vec<f32>>, jarvis::voice::VoiceError> {
+        let mut loudness = self.loudness.lock().unwrap();
+        let odds = if loudness.is_empty() {
+            self.first
+        } else {
+            self.gated
+        };
+        loudness.push(samples.iter().map(|s| s * s).sum());
+        Ok(Some(
+            phrases
+                .iter()
+                .map(|phrase| match *phrase {
+                    p if p == self.text => odds.written,
+                    "stop." | "stop!" => odds.stop,
+                    "um" => odds.um,
+                    "don't stop" => odds.dont,
+                    _ => -30.0,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// A stop said over the voice that the voice's residue made unlikely as the whole of the clip
+/// (in the loop's room, "Stop." written "it's time", its likeliest stop at −8.4 nats against
+/// −3.0 for what was written) is weighed again with the residue gated out, as it is heard again
+/// when whisper's words say nothing: there whisper found it at −4.1, 3.5 likelier than an "um",
+/// and it is a stop. Not where the gated clip is no likelier a stop; and never weighed again
+/// where the first weighing found a hesitation, or a "no" or an "um" likelier than the stop (the
+/// gating takes out a "don't" as it does a first sound), or more words than a misheard stop.
+#[test]
+fn a_stop_the_voices_residue_made_unlikely_is_weighed_again_without_it() {
+    let question = |text: &str| vec![(Heard::Question, text.to_string())];
+    let whisper = WeighsTwice::new("it's time", AS_HEARD, GATED);
+    assert_eq!(
+        weighed_as(whisper.clone(), true),
+        vec![(Heard::Stop, "Stop.".to_string())]
+    );
+    // The second clip weighed is the first gated: quieter (each frame at 0.6 of its energy share).
+    let loudness = whisper.loudness();
+    assert_eq!(loudness.len(), 2, "{loudness:?}");
+    assert!(loudness[1] < 0.5 * loudness[0], "{loudness:?}");
+    // Gated, no likelier a stop: what was written.
+    let whisper = WeighsTwice::new("it's time", AS_HEARD, AS_HEARD);
+    assert_eq!(weighed_as(whisper.clone(), true), question("it's time"));
+    assert_eq!(whisper.loudness().len(), 2);
+    // Weighed once only: a "don't stop" likelier than the stop as heard ("Go on." for "Don't
+    // stop."), an "um" likelier, a hesitation whisper wrote as words, more than two words.
+    let dont = ClipOdds {
+        dont: -6.0,
+        ..AS_HEARD
+    };
+    let um = ClipOdds {
+        um: -7.0,
+        ..AS_HEARD
+    };
+    let hesitation = ClipOdds {
+        stop: -12.0,
+        um: -2.5,
+        dont: -30.0,
+        written: -2.0,
+    };
+    for (text, first, heard) in [
+        ("Go on.", dont, Heard::Question),
+        ("it's time", um, Heard::Question),
+        ("I'm sorry.", hesitation, Heard::Filler),
+        ("Go on to time.", AS_HEARD, Heard::Question),
+    ] {
+        let whisper = WeighsTwice::new(text, first, GATED);
+        assert_eq!(
+            weighed_as(whisper.clone(), true),
+            vec![(heard, text.to_string())],
+            "{text}"
+        );
+        assert_eq!(whisper.loudness().len(), 1, "{text}");
+    }
+}
+
 /// Over the voice whisper writes a hesitation it heard through the voice's residue as words
 /// ("Uh." as "I'm sorry.", "Hmm." as "Thank you.", `cargo bench --bench echo`), but finds the
 /// hesitation itself about as likely as the whole of the clip: that is a filler, never a

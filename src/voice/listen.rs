@@ -636,7 +636,12 @@ impl Listener {
         let mut odds = None;
         if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
             odds = self.weighed(&utterance, heard_samples, &text, &answers);
-            if let Some(stop) = odds.as_ref().and_then(Odds::stop) {
+            let stop = odds.as_ref().and_then(|first| {
+                first.stop().or_else(|| {
+                    self.stop_weighed_without_the_voice(&utterance, first, &text, &answers)
+                })
+            });
+            if let Some(stop) = stop {
                 (heard, text) = (Heard::Stop, stop);
             }
         }
@@ -843,8 +848,10 @@ impl Listener {
     /// the voice out of, in English (the only language measured); never where what was written
     /// says no ("Don't stop.") or is all words of the answer being spoken (a word of the voice
     /// that came through); a stop the answer holds is not weighed. Blocking: the clip is encoded
-    /// once more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads); a
-    /// transcriber that cannot weigh weighs nothing.
+    /// once more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads), and
+    /// where the utterance as heard may be a misheard stop, once more gated (see
+    /// [`Listener::stop_weighed_without_the_voice`]); a transcriber that cannot weigh weighs
+    /// nothing.
     fn weighed(
         &self,
         utterance: &Utterance,
@@ -907,6 +914,38 @@ impl Listener {
             "a short utterance over the voice weighed"
         );
         Some(odds)
+    }
+
+    /// A stop that the voice's residue made unlikely as the whole of `utterance` as heard
+    /// (`first`: in the loop's room "Stop." written "it's time", its likeliest stop 5 nats less
+    /// likely than that), weighed again with the residue gated out frame by frame, as its second
+    /// hearing is ([`Listener::stop_without_the_voice`]): the stop that weighing finds.
+    ///
+    /// Gating takes out a person's first sounds too ("Don't stop." loses its "don't"), so only
+    /// where the first weighing left a misheard stop possible: one or two words written, no
+    /// hesitation, and nothing that is no stop (an "um", a "no", a "don't stop") likelier than
+    /// the stop as heard — gating only takes away, and what it takes is never what made a
+    /// "don't stop" likelier.
+    fn stop_weighed_without_the_voice(
+        &self,
+        utterance: &Utterance,
+        first: &Odds,
+        text: &str,
+        answers: &[String],
+    ) -> Option<String> {
+        if first.filler()
+            || first.other_p >= first.stop_p
+            || words(text).len() > MISHEARD_AT_MOST_WORDS
+        {
+            return None;
+        }
+        let gated = utterance.without_the_voice()?;
+        let stop = self.weighed(utterance, &gated, text, answers)?.stop();
+        tracing::debug!(
+            found = stop.is_some(),
+            "the short utterance weighed again without the voice's residue"
+        );
+        stop
     }
 
     /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as
