@@ -490,6 +490,7 @@ impl PathJudge {
             return;
         };
         let voiced_since = std::mem::take(&mut self.voiced_since);
+        tracing::trace!(best, best_lag, path = ?self.path, "the echo path judged");
         let same = self.lag.is_some_and(|l| l.abs_diff(best_lag) <= 1);
         self.agreed = if best >= 0.5 && same {
             self.agreed + 1
@@ -1415,6 +1416,53 @@ mod tests {
             assert_ne!(judge.path, EchoPath::Absent, "frame {k}");
         }
         assert_eq!(judge.path, EchoPath::Present);
+    }
+
+    /// Headphones, or the voice loop's rig: nothing of the voice comes back, and a person asks a
+    /// question over the first seconds of the first answer, while the canceller does not yet
+    /// know whether the voice comes back; their loudness must not be taken for its echo's. In
+    /// espeak-ng's British voices: its American ones at about Jarvis's pace (`fixtures::said`'s
+    /// 0, 2 and 4) keep its voice's timing, and one saying "…the capital of…" as its answer's
+    /// opening does, half a second later, follows its loudness as its echo would (taken for it
+    /// at 0 samples in) — as `voice_loop`'s rig once did, which said its questions in Jarvis's
+    /// own voice.
+    #[test]
+    fn a_person_speaking_over_the_voice_where_none_of_it_comes_back_is_never_its_echo() {
+        use super::super::fixtures;
+        let answer = fixtures::speech(
+            "The capital of France is Paris. It lies on the river Seine in the north of the \
+             country. Paris has been a centre of art, fashion and science for centuries.",
+        )
+        .unwrap()
+        .samples;
+        let mut taken = Vec::new();
+        for question in [
+            "And what is the capital of Spain?",
+            "How many people live in Berlin?",
+            "What time is it?",
+            "Tell me more about its museums.",
+            "Could you say that again, please?",
+        ] {
+            for variant in [1, 3] {
+                let said = fixtures::said(question, variant).unwrap();
+                for at in (0..13).map(|k| k * FRAME * 8) {
+                    let mut heard = fixtures::quiet_room(8);
+                    heard.truncate(answer.len());
+                    for (h, s) in heard.iter_mut().skip(at).zip(&said) {
+                        *h = h.saturating_add(super::super::audio::to_i16(*s));
+                    }
+                    let mut judge = PathJudge::new();
+                    let frames = heard.chunks_exact(FRAME).zip(answer.chunks_exact(FRAME));
+                    if frames
+                        .map(|(heard, played)| judge.push(heard, played))
+                        .any(|path| path == EchoPath::Present)
+                    {
+                        taken.push(format!("{question} (voice {variant}, {at} samples in)"));
+                    }
+                }
+            }
+        }
+        assert!(taken.is_empty(), "taken for its echo: {taken:#?}");
     }
 
     #[test]
