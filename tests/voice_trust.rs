@@ -902,61 +902,6 @@ fn a_stop_said_over_the_voice_that_whisper_wrote_as_other_words_is_known_by_its_
     );
 }
 
-/// Whisper's words for whatever it is given, and how likely it finds a stop ("Stop."), a
-/// hesitation ("um"), the stop said with a no ("don't stop") and what it wrote as the whole of
-/// the clip; every other phrase is unlikely. Counts the clips it is asked to weigh.
-struct Weighs {
-    text: &'static str,
-    stop: f32,
-    um: f32,
-    dont: f32,
-    written: f32,
-    weighed: std::sync::atomic::AtomicUsize,
-}
-
-impl Weighs {
-    fn new(text: &'static str, (stop, um, written): (f32, f32, f32)) -> Arc<Weighs> {
-        Arc::new(Weighs {
-            text,
-            stop,
-            um,
-            dont: -30.0,
-            written,
-            weighed: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-}
-
-impl Transcriber for Weighs {
-    fn transcribe(
-        &self,
-        _: &[f32],
-    ) -> Result<jarvis::voice::stt::Transcript, jarvis::voice::VoiceError> {
-        Ok(jarvis::voice::stt::Transcript::of(self.text, 0.0))
-    }
-
-    fn weigh(
-        &self,
-        _: &[f32],
-        phrases: &[&str],
-    ) -> Result<Option<Vec<f32>>, jarvis::voice::VoiceError> {
-        self.weighed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Some(
-            phrases
-                .iter()
-                .map(|phrase| match *phrase {
-                    p if p == self.text => self.written,
-                    "stop." | "stop!" => self.stop,
-                    "um" => self.um,
-                    "don't stop" => self.dont,
-                    _ => -30.0,
-                })
-                .collect(),
-        ))
-    }
-}
-
 /// What a listener whose whisper is `whisper` makes of "Stop talking." said over Jarvis's voice
 /// ("Paris is the capital of France…"), held back by the canceller, or not over it.
 fn weighed_as(whisper: Arc<dyn Transcriber>, over_the_voice: bool) -> Vec<(Heard, String)> {
@@ -1023,19 +968,18 @@ fn a_stop_whisper_wrote_as_other_words_over_the_voice_is_known_by_how_likely_it_
     assert_eq!(heard, question("It's time."));
     // "Don't stop." likelier than the stop, its "don't" held back by the canceller: as weighed
     // in `voice_echo.rs`, written "Go on to time.".
-    let whisper = Weighs {
+    let odds = ClipOdds {
+        stop: -5.3,
+        um: -9.6,
         dont: -4.0,
-        ..Arc::into_inner(Weighs::new("Go on to time.", (-5.3, -9.6, -5.5))).unwrap()
+        written: -5.5,
     };
-    let heard = weighed_as(Arc::new(whisper), true);
+    let heard = weighed_as(Weighs::twice("Go on to time.", odds, odds), true);
     assert_eq!(heard, question("Go on to time."));
     // Not over the voice: never weighed.
     let whisper = Weighs::new("It's time.", (-2.7, -9.1, -2.0));
     assert_eq!(weighed_as(whisper.clone(), false), question("It's time."));
-    assert_eq!(
-        whisper.weighed.load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(whisper.weighed(), 0);
     // A stop the answer holds ("…press stop…" come through as "the top."): its own voice.
     let heard = weighed_over(
         Weighs::new("the top.", (-1.0, -9.1, -2.0)),
@@ -1056,11 +1000,7 @@ fn a_stop_whisper_wrote_as_other_words_over_the_voice_is_known_by_how_likely_it_
             !heard.iter().any(|(h, _)| *h == Heard::Stop),
             "{text}: {heard:?}"
         );
-        assert_eq!(
-            whisper.weighed.load(std::sync::atomic::Ordering::Relaxed),
-            0,
-            "{text}"
-        );
+        assert_eq!(whisper.weighed(), 0, "{text}");
     }
 }
 
@@ -1090,18 +1030,31 @@ const GATED: ClipOdds = ClipOdds {
     written: -5.7,
 };
 
-/// Whisper's words (`text`) for whatever it is given, weighed as `first` in the first clip it
-/// weighs (the utterance as heard) and as `gated` in any later one; each clip's loudness kept.
-struct WeighsTwice {
+/// Whisper's words (`text`) for whatever it is given, and how likely it finds a stop ("Stop."),
+/// a hesitation ("um"), the stop said with a no ("don't stop") and what it wrote as the whole of
+/// a clip: as `first` in the first clip it weighs (the utterance as heard), as `gated` in any
+/// later one; every other phrase is unlikely. Keeps the loudness of each clip it weighs.
+struct Weighs {
     text: &'static str,
     first: ClipOdds,
     gated: ClipOdds,
     loudness: std::sync::Mutex<Vec<f32>>,
 }
 
-impl WeighsTwice {
-    fn new(text: &'static str, first: ClipOdds, gated: ClipOdds) -> Arc<WeighsTwice> {
-        Arc::new(WeighsTwice {
+impl Weighs {
+    /// Every clip weighed alike: `(stop, um, written)`, a "don't stop" unlikely.
+    fn new(text: &'static str, (stop, um, written): (f32, f32, f32)) -> Arc<Weighs> {
+        let odds = ClipOdds {
+            stop,
+            um,
+            dont: -30.0,
+            written,
+        };
+        Weighs::twice(text, odds, odds)
+    }
+
+    fn twice(text: &'static str, first: ClipOdds, gated: ClipOdds) -> Arc<Weighs> {
+        Arc::new(Weighs {
             text,
             first,
             gated,
@@ -1112,9 +1065,14 @@ impl WeighsTwice {
     fn loudness(&self) -> Vec<f32> {
         self.loudness.lock().unwrap().clone()
     }
+
+    /// How many clips it was asked to weigh.
+    fn weighed(&self) -> usize {
+        self.loudness.lock().unwrap().len()
+    }
 }
 
-impl Transcriber for WeighsTwice {
+impl Transcriber for Weighs {
     fn transcribe(
         &self,
         _: &[f32],
@@ -1159,7 +1117,7 @@ impl Transcriber for WeighsTwice {
 #[test]
 fn a_stop_the_voices_residue_made_unlikely_is_weighed_again_without_it() {
     let question = |text: &str| vec![(Heard::Question, text.to_string())];
-    let whisper = WeighsTwice::new("it's time", AS_HEARD, GATED);
+    let whisper = Weighs::twice("it's time", AS_HEARD, GATED);
     assert_eq!(
         weighed_as(whisper.clone(), true),
         vec![(Heard::Stop, "Stop.".to_string())]
@@ -1169,7 +1127,7 @@ fn a_stop_the_voices_residue_made_unlikely_is_weighed_again_without_it() {
     assert_eq!(loudness.len(), 2, "{loudness:?}");
     assert!(loudness[1] < 0.5 * loudness[0], "{loudness:?}");
     // Gated, no likelier a stop: what was written.
-    let whisper = WeighsTwice::new("it's time", AS_HEARD, AS_HEARD);
+    let whisper = Weighs::twice("it's time", AS_HEARD, AS_HEARD);
     assert_eq!(weighed_as(whisper.clone(), true), question("it's time"));
     assert_eq!(whisper.loudness().len(), 2);
     // Weighed once only: a "don't stop" likelier than the stop as heard ("Go on." for "Don't
@@ -1194,7 +1152,7 @@ fn a_stop_the_voices_residue_made_unlikely_is_weighed_again_without_it() {
         ("I'm sorry.", hesitation, Heard::Filler),
         ("Go on to time.", AS_HEARD, Heard::Question),
     ] {
-        let whisper = WeighsTwice::new(text, first, GATED);
+        let whisper = Weighs::twice(text, first, GATED);
         assert_eq!(
             weighed_as(whisper.clone(), true),
             vec![(heard, text.to_string())],
@@ -1227,8 +1185,5 @@ fn a_hesitation_whisper_wrote_as_words_over_the_voice_is_a_filler_not_a_question
     // Not over the voice: never weighed.
     let whisper = Weighs::new("I'm sorry.", (-12.0, -2.5, -2.0));
     assert_eq!(weighed_as(whisper.clone(), false), question("I'm sorry."));
-    assert_eq!(
-        whisper.weighed.load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(whisper.weighed(), 0);
 }
