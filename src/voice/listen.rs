@@ -634,11 +634,19 @@ impl Listener {
             heard = Heard::Stop;
         }
         let mut odds = None;
+        let mut gated = None;
         if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
             odds = self.weighed(&utterance, heard_samples, &text, &answers);
+            if let Some(first) = &odds {
+                gated = self.weighed_without_the_voice(&utterance, first, &text, &answers);
+            }
             let stop = odds.as_ref().and_then(|first| {
                 first.stop().or_else(|| {
-                    self.stop_weighed_without_the_voice(&utterance, first, &text, &answers)
+                    // Gating takes out a person's "don't" as it does a first sound, and only
+                    // takes away: never where an "um" or a "don't stop" was likelier as heard.
+                    (first.other_p < first.stop_p)
+                        .then(|| gated.as_ref().and_then(Odds::stop))
+                        .flatten()
                 })
             });
             if let Some(stop) = stop {
@@ -652,9 +660,17 @@ impl Listener {
                 (heard, text) = (Heard::Stop, stop);
             }
         }
-        if heard == Heard::Question && odds.as_ref().is_some_and(Odds::filler) {
+        let filler = odds.as_ref().is_some_and(|first| {
+            first.filler()
+                || (first.hesitation_p >= HESITATION_LEAST_LOG_P
+                    && gated.as_ref().is_some_and(Odds::filler))
+        });
+        if heard == Heard::Question && filler {
             // An "uh" or a "hmm" over the voice that whisper wrote as words ("I'm sorry.",
-            // "Thank you."): it finds the hesitation about as likely.
+            // "Thank you.", "here."): it finds the hesitation about as likely, as heard, or
+            // likely enough as heard and about as likely with the voice's residue gated out.
+            // (Gated alone is not enough: gating takes a person's words away with the residue,
+            // and "Who wrote it?" written "The loaded" came out likelier an "um" than that.)
             tracing::debug!("a short utterance over the voice weighed as a hesitation: filler");
             heard = Heard::Filler;
         }
@@ -916,36 +932,41 @@ impl Listener {
         Some(odds)
     }
 
-    /// A stop that the voice's residue made unlikely as the whole of `utterance` as heard
-    /// (`first`: in the loop's room "Stop." written "it's time", its likeliest stop 5 nats less
-    /// likely than that), weighed again with the residue gated out frame by frame, as its second
-    /// hearing is ([`Listener::stop_without_the_voice`]): the stop that weighing finds.
+    /// A short utterance over the voice that its weighing as heard (`first`) found neither a stop
+    /// nor a hesitation, but that may be a misheard one, weighed again with the voice's residue
+    /// gated out frame by frame, as its second hearing is ([`Listener::stop_without_the_voice`]):
+    /// in the loop's room a "Stop." written "it's time" weighed its likeliest stop 5 nats less
+    /// likely than that as heard, and far likelier than anything else gated.
     ///
-    /// Gating takes out a person's first sounds too ("Don't stop." loses its "don't"), so only
-    /// where the first weighing left a misheard stop possible: one or two words written, no
-    /// hesitation, and nothing that is no stop (an "um", a "no", a "don't stop") likelier than
-    /// the stop as heard — gating only takes away, and what it takes is never what made a
-    /// "don't stop" likelier.
-    fn stop_weighed_without_the_voice(
+    /// Only for one or two words written (a stop or a murmur whisper misheard: "It's time.",
+    /// "here."); the caller takes a stop from it only where nothing that is no stop was likelier
+    /// as heard, since gating takes out a person's "don't" as it does a first sound, and a
+    /// hesitation only where one was likely enough as heard (see `Listener::judge`).
+    fn weighed_without_the_voice(
         &self,
         utterance: &Utterance,
         first: &Odds,
         text: &str,
         answers: &[String],
-    ) -> Option<String> {
-        if first.filler()
-            || first.other_p >= first.stop_p
+    ) -> Option<Odds> {
+        // (Nothing to take from it where no stop may be taken and the hesitation was unlikely.)
+        let nothing_to_take =
+            first.other_p >= first.stop_p && first.hesitation_p < HESITATION_LEAST_LOG_P;
+        if first.stop().is_some()
+            || first.filler()
+            || nothing_to_take
             || words(text).len() > MISHEARD_AT_MOST_WORDS
         {
             return None;
         }
         let gated = utterance.without_the_voice()?;
-        let stop = self.weighed(utterance, &gated, text, answers)?.stop();
+        let odds = self.weighed(utterance, &gated, text, answers);
         tracing::debug!(
-            found = stop.is_some(),
+            stop = odds.as_ref().and_then(Odds::stop).is_some(),
+            filler = odds.as_ref().is_some_and(Odds::filler),
             "the short utterance weighed again without the voice's residue"
         );
-        stop
+        odds
     }
 
     /// Whether `text`, said over the voice as `utterance`, sounds like a stop whisper wrote as

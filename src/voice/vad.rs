@@ -32,6 +32,11 @@ pub struct SegmenterSettings {
     /// utterance: a short "Stop." said over a loud stretch of the voice is held back to its
     /// vowel — five frames, clear of the voice — by the suppressor.
     pub strict_near_end_frames: usize,
+    /// Voiced frames of the strict window the canceller measured as all but wholly someone
+    /// else (at least [`NEAR_END_SURE`]), with which two voiced frames fewer than
+    /// `strict_onset_frames` open an utterance: a stop whose vowel came 100 ms before the
+    /// voice's loudest syllable keeps four such frames, and the echo swamps the rest.
+    pub strict_sure_frames: usize,
     /// Frames kept from before a strict onset. Behind the echo canceller a person speaking over
     /// the voice is held back until it judges them the dominant near end, so the onset comes
     /// late, after their first syllable: the utterance reaches further back for it (in the
@@ -66,6 +71,7 @@ impl Default for SegmenterSettings {
             strict_onset_frames: 6,
             strict_onset_window: 8,
             strict_near_end_frames: 4,
+            strict_sure_frames: 4,
             strict_pre_roll_frames: 25, // 500 ms
             pause_frames: Some(15),     // 300 ms
             hangover_frames: Some(75),  // 1.5 s
@@ -146,6 +152,13 @@ impl Utterance {
 /// suppressor, four in a window did once in the echo benchmark's 100 answers (a loud syllable
 /// its linear filter missed), either way.
 pub const NEAR_END_FREE: f32 = 0.75;
+
+/// The share of a frame that is not the voice's expected echo above which the canceller is all
+/// but sure someone else is in it (see [`SegmenterSettings::strict_sure_frames`]): a person
+/// over the voice, measured in full, 0.97–0.99; the voice's own frames that came through,
+/// 0.76–0.96 at most (the room's reverberation in a pause of the voice, left whole by the
+/// canceller's filter).
+pub const NEAR_END_SURE: f32 = 0.95;
 
 /// How much louder than the frame before it a frame of a strict onset's window may be and still
 /// be fading (dB): two frames of one dying sound differ by a few tenths either way.
@@ -338,10 +351,18 @@ impl Segmenter {
             .take(window)
             .filter(|(_, v, free)| *v && (NEAR_END_FREE..1.0).contains(free))
             .count();
+        let surely_someone = self
+            .recent
+            .iter()
+            .rev()
+            .take(window)
+            .filter(|(_, v, free)| *v && (NEAR_END_SURE..1.0).contains(free))
+            .count();
         let opens = (voiced_recent >= needed
             || (strict
                 && voiced_recent + 1 >= needed
-                && clearly_someone >= s.strict_near_end_frames))
+                && clearly_someone >= s.strict_near_end_frames)
+            || (strict && voiced_recent + 2 >= needed && surely_someone >= s.strict_sure_frames))
             && !(strict && judged.is_some() && self.fading(window));
         if voiced && opens {
             let kept = self.recent.len().min(pre_roll.max(1));
@@ -637,6 +658,26 @@ mod tests {
         assert!(over_the_voice(4, 0.8).is_empty());
         // Six frames open whatever was measured.
         assert!(!over_the_voice(6, 0.0).is_empty());
+    }
+
+    #[test]
+    fn four_frames_the_canceller_is_all_but_sure_are_someone_else_open_on_two_frames_fewer() {
+        // "Stop!" in the echo benchmark's room 3: its vowel came 100 ms before the voice's
+        // loudest syllable, four frames measured 0.97–0.99 someone else, and the echo swamped
+        // the rest.
+        let stop = over_the_voice(4, 0.97);
+        assert!(
+            matches!(
+                stop.as_slice(),
+                [Segment::SpeechStarted { .. }, Segment::Brief(_)]
+            ),
+            "{stop:?}"
+        );
+        // Measured less surely (the voice's reverberation in a pause came to 0.76–0.96), not
+        // measured at all, or fewer frames: nothing opens.
+        assert!(over_the_voice(4, 0.9).is_empty());
+        assert!(over_the_voice(4, 1.0).is_empty());
+        assert!(over_the_voice(3, 0.99).is_empty());
     }
 
     #[test]
