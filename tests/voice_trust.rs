@@ -1202,6 +1202,22 @@ fn a_murmur_whisper_wrote_as_a_word_over_the_voice_is_a_filler_where_it_is_one_w
         vec![(Heard::Question, "The loaded".to_string())]
     );
     assert_eq!(whisper.weighed(), 1);
+    // Weighed again for a stop (nothing likelier than it as heard), the "um" unlikely as heard:
+    // gated, a likely "um" is no filler.
+    let whisper = Weighs::twice("it's time", AS_HEARD, ClipOdds::of(-12.0, -4.0, -4.5));
+    assert_eq!(
+        weighed_as(whisper.clone(), true),
+        vec![(Heard::Question, "it's time".to_string())]
+    );
+    assert_eq!(whisper.weighed(), 2);
+    // Weighed again for a murmur (the "um" likely as heard, and likelier than the stop): gated,
+    // a likely stop is no stop, since gating takes out a "don't" as it does a first sound.
+    let whisper = Weighs::twice("it's time", ClipOdds::of(-8.4, -5.0, -3.0), GATED);
+    assert_eq!(
+        weighed_as(whisper.clone(), true),
+        vec![(Heard::Question, "it's time".to_string())]
+    );
+    assert_eq!(whisper.weighed(), 2);
 }
 
 /// Over the voice whisper writes a hesitation it heard through the voice's residue as words

@@ -638,7 +638,7 @@ impl Listener {
         if heard == Heard::Question && self.began_while_speaking && !holds_wake_word {
             odds = self.weighed(&utterance, heard_samples, &text, &answers);
             if let Some(first) = &odds {
-                gated = self.weighed_without_the_voice(&utterance, first, &text, &answers);
+                gated = self.weighed_without_the_voice(&utterance, first, &text, &answers, brief);
             }
             let stop = odds.as_ref().and_then(|first| {
                 first.stop().or_else(|| {
@@ -865,8 +865,8 @@ impl Listener {
     /// says no ("Don't stop.") or is all words of the answer being spoken (a word of the voice
     /// that came through); a stop the answer holds is not weighed. Blocking: the clip is encoded
     /// once more and each phrase decoded (~150 ms and ~200 ms with tiny.en on two threads), and
-    /// where the utterance as heard may be a misheard stop, once more gated (see
-    /// [`Listener::stop_weighed_without_the_voice`]); a transcriber that cannot weigh weighs
+    /// where the utterance as heard may be a misheard stop or murmur, once more gated (see
+    /// [`Listener::weighed_without_the_voice`]); a transcriber that cannot weigh weighs
     /// nothing.
     fn weighed(
         &self,
@@ -933,7 +933,7 @@ impl Listener {
     }
 
     /// A short utterance over the voice that its weighing as heard (`first`) found neither a stop
-    /// nor a hesitation, but that may be a misheard one, weighed again with the voice's residue
+    /// nor a filler, but that may be a misheard one, weighed again with the voice's residue
     /// gated out frame by frame, as its second hearing is ([`Listener::stop_without_the_voice`]):
     /// in the loop's room a "Stop." written "it's time" weighed its likeliest stop 5 nats less
     /// likely than that as heard, and far likelier than anything else gated.
@@ -941,17 +941,19 @@ impl Listener {
     /// Only for one or two words written (a stop or a murmur whisper misheard: "It's time.",
     /// "here."); the caller takes a stop from it only where nothing that is no stop was likelier
     /// as heard, since gating takes out a person's "don't" as it does a first sound, and a
-    /// hesitation only where one was likely enough as heard (see `Listener::judge`).
+    /// hesitation only where one was likely enough as heard (see `Listener::judge`). Not weighed
+    /// where nothing could be taken from it: no stop may be, and the hesitation was unlikely as
+    /// heard or the utterance is `brief` (one that is no stop is noise, a filler or not).
     fn weighed_without_the_voice(
         &self,
         utterance: &Utterance,
         first: &Odds,
         text: &str,
         answers: &[String],
+        brief: bool,
     ) -> Option<Odds> {
-        // (Nothing to take from it where no stop may be taken and the hesitation was unlikely.)
         let nothing_to_take =
-            first.other_p >= first.stop_p && first.hesitation_p < HESITATION_LEAST_LOG_P;
+            first.other_p >= first.stop_p && (brief || first.hesitation_p < HESITATION_LEAST_LOG_P);
         if first.stop().is_some()
             || first.filler()
             || nothing_to_take
